@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the binaries that the test harness runs (etcd, kube-apiserver,
+# kube-controller-manager, kubectl, helm, CNI plugins) from the Go module proxy,
+# once per version, into a cache outside the work tree. Each binary is built to a
+# temporary name and renamed, so an interrupted build never leaves a half binary
+# that later runs would trust.
+#
+# Usage: hack/build-tools.sh [kube|etcd|helm|all]   (default: all)
+# Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools=$root/internal/controlplane/tools
+cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
+
+# version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.
+version() { awk -v m="$2" '{sub(/^require[ \t]+/, "")} $1==m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"; }
+
+# build MODDIR PKG OUTDIR builds PKG (a tool of the module in MODDIR) into OUTDIR.
+build() {
+	local moddir=$1 pkg=$2 out=$3 name
+	name=$(basename "$pkg")
+	[ "$name" = v3 ] && name=etcd
+	if [ -x "$out/$name" ]; then
+		return 0
+	fi
+	mkdir -p "$out"
+	echo "build-tools: building $name into $out" >&2
+	local start=$SECONDS
+	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/.$name.tmp" "$pkg")
+	mv "$out/.$name.tmp" "$out/$name"
+	echo "build-tools: $name built in $((SECONDS - start))s" >&2
+}
+
+kube() {
+	local v
+	v=$(version "$tools/kube" k8s.io/kubernetes)
+	: "${v:?cannot read the version from go.mod}"
+	for c in kube-apiserver kube-controller-manager kubectl; do
+		build "$tools/kube" "k8s.io/kubernetes/cmd/$c" "$cache/kube-$v"
+	done
+}
+
+etcd() {
+	local v
+	v=$(version "$tools/etcd" go.etcd.io/etcd/server/v3)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/etcd" go.etcd.io/etcd/server/v3 "$cache/etcd-$v"
+}
+
+helm() {
+	[ -d "$tools/helm" ] || return 0
+	local v
+	v=$(version "$tools/helm" helm.sh/helm/v3)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/helm" helm.sh/helm/v3/cmd/helm "$cache/helm-$v"
+}
+
+case ${1:-all} in
+kube) kube ;;
+etcd) etcd ;;
+helm) helm ;;
+all) etcd; kube; helm ;;
+*) echo "usage: $0 [kube|etcd|helm|all]" >&2; exit 2 ;;
+esac

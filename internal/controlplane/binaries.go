@@ -1,0 +1,51 @@
+package controlplane
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Versions of the binaries the harness runs. They must match the tools
+// modules under tools/ (a test checks), because hack/build-tools.sh names the
+// cache directories after those modules' versions.
+const (
+	KubeVersion = "v1.37.2"
+	EtcdVersion = "v3.6.16"
+)
+
+// ToolsDir is where hack/build-tools.sh caches the binaries:
+// $SWEEP_TOOLS_DIR, else $XDG_CACHE_HOME/sweep/tools, else ~/.cache/sweep/tools.
+func ToolsDir() string {
+	if d := os.Getenv("SWEEP_TOOLS_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "sweep", "tools")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "sweep", "tools")
+}
+
+// Binary returns the path of a cached tool binary: etcd, kube-apiserver,
+// kube-controller-manager or kubectl. A missing binary is an error that says
+// how to build it; tests fail on it rather than skip.
+func Binary(name string) (string, error) {
+	var dir string
+	switch name {
+	case "etcd":
+		dir = "etcd-" + EtcdVersion
+	case "kube-apiserver", "kube-controller-manager", "kubectl":
+		dir = "kube-" + KubeVersion
+	default:
+		return "", fmt.Errorf("unknown tool %q", name)
+	}
+	path := filepath.Join(ToolsDir(), dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s not built (run `make kube`): %w", name, err)
+	}
+	return path, nil
+}
