@@ -42,6 +42,7 @@ type env struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {summary: "print the version", setup: versionCommand},
+		"prune":   {summary: "run one prune cycle of the multus cache and exit", setup: pruneCommand},
 	}
 }
 

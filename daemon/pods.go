@@ -1,0 +1,55 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// podsResource is the pods resource, listed and watched as metadata only:
+// the prune needs identity (namespace, name, UID), nothing of the spec.
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// NodeSelector selects the pods bound to node.
+func NodeSelector(node string) string {
+	return fields.OneTermEqualSelector("spec.nodeName", node).String()
+}
+
+// ListNodePods lists the pods bound to node in one LIST request (metadata
+// only), retrying until it succeeds or timeout passes. The result is a
+// complete view at one resource version, so it is always synced.
+func ListNodePods(ctx context.Context, client metadata.Interface, node string, timeout time.Duration) (*prune.PodSet, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var (
+		pods    []prune.PodRef
+		lastErr error
+	)
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.Resource(podsResource).List(ctx, metav1.ListOptions{FieldSelector: NodeSelector(node)})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		pods = make([]prune.PodRef, 0, len(list.Items))
+		for _, p := range list.Items {
+			pods = append(pods, prune.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)})
+		}
+		return true, nil
+	})
+	if err != nil {
+		if lastErr != nil {
+			err = lastErr
+		}
+		return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, err)
+	}
+	return prune.NewPodSet(pods), nil
+}

@@ -1,0 +1,136 @@
+// Package multuscache writes multus CNI cache files of the real shapes (see
+// prune/testdata/multus-real) for tests, benchmarks and the demo.
+package multuscache
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Pod identifies the pod a cache entry belongs to.
+type Pod struct {
+	Namespace, Name, UID string
+}
+
+// Attachment is one network of a sandbox: a results file.
+type Attachment struct {
+	Network string // network name, e.g. k8s-pod-network
+	IfName  string // eth0, net1, ...
+	IP      string // e.g. 10.88.0.3/16
+}
+
+// DefaultAttachments returns the two networks of the thin-bridge fixture.
+func DefaultAttachments() []Attachment {
+	return []Attachment{
+		{Network: "k8s-pod-network", IfName: "eth0", IP: "10.88.0.3/16"},
+		{Network: "sec-net-default", IfName: "net1", IP: "192.168.50.2/24"},
+	}
+}
+
+// NewSandboxID returns a random 64-hex sandbox ID.
+func NewSandboxID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+type cacheFile struct {
+	Kind        string      `json:"kind"`
+	ContainerID string      `json:"containerId"`
+	Config      string      `json:"config"`
+	IfName      string      `json:"ifName"`
+	NetworkName string      `json:"networkName"`
+	Netns       string      `json:"netns"`
+	CNIArgs     [][2]string `json:"cniArgs"`
+	Result      any         `json:"result"`
+}
+
+// ResultsJSON returns the content of a thin-mode results file: multus's five
+// CNI args followed by the runtime's again, as the real plugin writes them.
+func ResultsJSON(sandbox string, pod Pod, a Attachment) []byte {
+	conf := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":"cni0","isGateway":true,"ipam":{"type":"host-local","subnet":"10.88.0.0/16","dataDir":"/var/lib/cni/networks"}}`, a.Network)
+	netns := "/var/run/netns/cni-" + sandbox[:8] + "-" + sandbox[8:12] + "-" + sandbox[12:16] + "-" + sandbox[16:20] + "-" + sandbox[20:32]
+	args := [][2]string{
+		{"IgnoreUnknown", "true"}, {"K8S_POD_NAMESPACE", pod.Namespace}, {"K8S_POD_NAME", pod.Name},
+		{"K8S_POD_INFRA_CONTAINER_ID", sandbox}, {"K8S_POD_UID", pod.UID},
+	}
+	args = append(args, [2]string{"IgnoreUnknown", "1"})
+	args = append(args, args[1:5]...)
+	cf := cacheFile{
+		Kind: "cniCacheV1", ContainerID: sandbox, Config: base64.StdEncoding.EncodeToString([]byte(conf)),
+		IfName: a.IfName, NetworkName: a.Network, Netns: netns, CNIArgs: args,
+		Result: map[string]any{
+			"cniVersion": "0.3.1", "dns": map[string]any{},
+			"interfaces": []map[string]string{
+				{"mac": "3a:0f:e6:2c:b6:2e", "name": "cni0"},
+				{"mac": "f6:b4:20:5c:74:d0", "name": "veth" + sandbox[:8]},
+				{"mac": "e2:33:bc:9b:fd:56", "name": a.IfName, "sandbox": netns},
+			},
+			"ips": []map[string]any{{"address": a.IP, "gateway": "10.88.0.1", "interface": 2, "version": "4"}},
+		},
+	}
+	data, _ := json.Marshal(cf) // cannot fail: plain types
+	return data
+}
+
+// ScratchJSON returns the content of a scratch netconf file naming the
+// attachments' delegates.
+func ScratchJSON(atts []Attachment) []byte {
+	type delegate struct {
+		Conf              map[string]any `json:"Conf"`
+		ConfList          map[string]any `json:"ConfList"`
+		Name              string         `json:"Name"`
+		IsFilterV4Gateway bool           `json:"IsFilterV4Gateway"`
+		IsFilterV6Gateway bool           `json:"IsFilterV6Gateway"`
+		Bytes             []byte         `json:"Bytes"`
+	}
+	ds := make([]delegate, len(atts))
+	for i, a := range atts {
+		conf := map[string]any{"cniVersion": "0.3.1", "ipam": map[string]any{"type": "host-local"}, "name": a.Network, "type": "bridge"}
+		b, _ := json.Marshal(conf)
+		ds[i] = delegate{Conf: conf, ConfList: map[string]any{}, Name: a.Network, Bytes: b}
+	}
+	data, _ := json.Marshal(ds)
+	return data
+}
+
+// Sandbox writes the files of one sandbox as multus leaves them after a
+// successful ADD: the scratch file and one results file per attachment, all
+// with mode 0600 and modification time mtime. It returns the paths written.
+func Sandbox(dir, sandbox string, pod Pod, atts []Attachment, mtime time.Time) ([]string, error) {
+	paths := []string{filepath.Join(dir, sandbox)}
+	if err := writeFile(paths[0], ScratchJSON(atts), mtime); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+		return nil, err
+	}
+	for _, a := range atts {
+		p := filepath.Join(dir, "results", a.Network+"-"+sandbox+"-"+a.IfName)
+		if err := writeFile(p, ResultsJSON(sandbox, pod, a), mtime); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// FailedAdd writes only the scratch file, as multus leaves it when a
+// delegate's ADD failed and the results were rolled back.
+func FailedAdd(dir, sandbox string, mtime time.Time) (string, error) {
+	p := filepath.Join(dir, sandbox)
+	return p, writeFile(p, ScratchJSON(DefaultAttachments()), mtime)
+}
+
+func writeFile(path string, data []byte, mtime time.Time) error {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return err
+	}
+	return os.Chtimes(path, mtime, mtime)
+}

@@ -1,0 +1,310 @@
+package prune
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// SandboxID is a pod sandbox (infra container) ID: 64 lowercase hex digits on
+// disk, 32 bytes in memory so that sets of them stay small.
+type SandboxID [32]byte
+
+// String returns the 64-hex form.
+func (id SandboxID) String() string { return hex.EncodeToString(id[:]) }
+
+// ParseSandboxID parses exactly 64 lowercase hex digits. Upper case is refused
+// because runtimes never write it, and a scratch file name must match exactly.
+func ParseSandboxID(s string) (SandboxID, bool) {
+	var id SandboxID
+	if len(s) != 64 {
+		return id, false
+	}
+	for i := 0; i < 64; i++ {
+		if !isLowerHex(s[i]) {
+			return id, false
+		}
+	}
+	_, _ = hex.Decode(id[:], []byte(s))
+	return id, true
+}
+
+// SandboxIDFromResultsName finds the sandbox ID in a results file name,
+// `<networkName>-<sandboxID>-<ifName>`. Network and interface names may
+// contain dashes, so the ID is the last 64-hex run bounded by dashes that is
+// followed by an interface name.
+func SandboxIDFromResultsName(name string) (SandboxID, bool) {
+	for end := len(name) - 1; end >= 64; end-- {
+		if name[end] != '-' {
+			continue
+		}
+		start := end - 64
+		if start > 0 && name[start-1] != '-' {
+			continue
+		}
+		if id, ok := ParseSandboxID(name[start:end]); ok {
+			return id, true
+		}
+	}
+	return SandboxID{}, false
+}
+
+func isLowerHex(c byte) bool { return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') }
+
+// CacheFile is what the prune needs from a libcni result cache file
+// (`{"kind":"cniCacheV1",...}`): the sandbox and the pod it belongs to.
+type CacheFile struct {
+	ContainerID  string
+	PodUID       string
+	PodNamespace string
+	PodName      string
+}
+
+// Errors returned by ParseCacheFile. Both mean the file carries no usable
+// identity and must be kept.
+var (
+	// ErrNotCache is a well-formed JSON object that is not a cniCacheV1 file,
+	// such as the bare results libcni wrote before 2019.
+	ErrNotCache = errors.New("not a cniCacheV1 file")
+	// ErrSyntax is anything that is not one well-formed JSON object:
+	// truncated, corrupt or empty.
+	ErrSyntax = errors.New("malformed cache file")
+)
+
+// ParseCacheFile extracts the identity from a libcni cache file without
+// decoding the rest: `config` and `result` are skipped unread, which is most
+// of every file. Keys may come in any order. In thin mode multus repeats the
+// runtime's CNI_ARGS after its own, so the first occurrence of a key wins.
+// The whole input must be exactly one JSON object, so that a truncated file
+// is never mistaken for a complete one.
+func ParseCacheFile(data []byte) (CacheFile, error) {
+	var (
+		cf   CacheFile
+		kind string
+	)
+	s := scanner{data: data}
+	if !s.consume('{') {
+		return cf, fmt.Errorf("%w: not an object", ErrSyntax)
+	}
+	if !s.consume('}') {
+		for {
+			key, ok := s.rawString()
+			if !ok || !s.consume(':') {
+				return cf, fmt.Errorf("%w: bad key at offset %d", ErrSyntax, s.pos)
+			}
+			switch string(key) { // no allocation: the compiler compares in place
+			case "kind":
+				v, ok := s.stringValue()
+				if !ok {
+					return cf, fmt.Errorf("%w: bad kind", ErrSyntax)
+				}
+				kind = v
+			case "containerId":
+				v, ok := s.stringValue()
+				if !ok {
+					return cf, fmt.Errorf("%w: bad containerId", ErrSyntax)
+				}
+				cf.ContainerID = v
+			case "cniArgs":
+				if !s.cniArgs(&cf) {
+					return cf, fmt.Errorf("%w: bad cniArgs at offset %d", ErrSyntax, s.pos)
+				}
+			default:
+				if !s.skipValue() {
+					return cf, fmt.Errorf("%w: bad value of %q at offset %d", ErrSyntax, key, s.pos)
+				}
+			}
+			if s.consume(',') {
+				continue
+			}
+			if s.consume('}') {
+				break
+			}
+			return cf, fmt.Errorf("%w: expected , or } at offset %d", ErrSyntax, s.pos)
+		}
+	}
+	s.skipSpace()
+	if s.pos != len(s.data) {
+		return cf, fmt.Errorf("%w: trailing data at offset %d", ErrSyntax, s.pos)
+	}
+	if kind != "cniCacheV1" {
+		return cf, ErrNotCache
+	}
+	return cf, nil
+}
+
+// scanner is a minimal JSON reader over a byte slice. It validates enough to
+// be sure where every value ends and never recurses, so hostile nesting costs
+// nothing but a counter.
+type scanner struct {
+	data []byte
+	pos  int
+}
+
+func (s *scanner) skipSpace() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) consume(c byte) bool {
+	s.skipSpace()
+	if s.pos < len(s.data) && s.data[s.pos] == c {
+		s.pos++
+		return true
+	}
+	return false
+}
+
+// rawString reads a string and returns its raw bytes between the quotes.
+func (s *scanner) rawString() ([]byte, bool) {
+	s.skipSpace()
+	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
+		return nil, false
+	}
+	start := s.pos + 1
+	for i := start; i < len(s.data); i++ {
+		switch c := s.data[i]; {
+		case c == '"':
+			s.pos = i + 1
+			return s.data[start:i], true
+		case c == '\\':
+			i++ // the escaped byte can't end the string
+		case c < 0x20:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// stringValue reads a string value and unescapes it.
+func (s *scanner) stringValue() (string, bool) {
+	start := s.pos
+	raw, ok := s.rawString()
+	if !ok {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw), true
+	}
+	// Escapes are rare in cache files; let encoding/json get them right.
+	var v string
+	s.skipSpace()
+	if err := json.Unmarshal(bytes.TrimSpace(s.data[start:s.pos]), &v); err != nil {
+		return "", false
+	}
+	return v, true
+}
+
+// cniArgs reads `[["KEY","VALUE"], ...]`, keeping the first pod identity.
+func (s *scanner) cniArgs(cf *CacheFile) bool {
+	if s.consume('n') { // null
+		cf.PodUID, cf.PodNamespace, cf.PodName = "", "", ""
+		return s.literal("ull")
+	}
+	if !s.consume('[') {
+		return false
+	}
+	if s.consume(']') {
+		return true
+	}
+	// A repeated cniArgs key replaces the earlier array, as it would for
+	// encoding/json.
+	cf.PodUID, cf.PodNamespace, cf.PodName = "", "", ""
+	var seenUID, seenNS, seenName bool
+	for {
+		if !s.consume('[') {
+			return false
+		}
+		k, ok := s.stringValue()
+		if !ok || !s.consume(',') {
+			return false
+		}
+		v, ok := s.stringValue()
+		if !ok || !s.consume(']') {
+			return false
+		}
+		switch {
+		case k == "K8S_POD_UID" && !seenUID:
+			cf.PodUID, seenUID = v, true
+		case k == "K8S_POD_NAMESPACE" && !seenNS:
+			cf.PodNamespace, seenNS = v, true
+		case k == "K8S_POD_NAME" && !seenName:
+			cf.PodName, seenName = v, true
+		}
+		if s.consume(',') {
+			continue
+		}
+		return s.consume(']')
+	}
+}
+
+func (s *scanner) literal(rest string) bool {
+	if len(s.data)-s.pos < len(rest) || string(s.data[s.pos:s.pos+len(rest)]) != rest {
+		return false
+	}
+	s.pos += len(rest)
+	return true
+}
+
+// skipValue skips one JSON value of any kind. Containers are matched with a
+// stack of bracket kinds packed in a byte slice; strings are skipped whole so
+// brackets inside them do not count. Scalars are checked loosely: the prune
+// only needs to know where they end.
+func (s *scanner) skipValue() bool {
+	s.skipSpace()
+	if s.pos >= len(s.data) {
+		return false
+	}
+	var stack []byte
+	for {
+		s.skipSpace()
+		if s.pos >= len(s.data) {
+			return false
+		}
+		switch c := s.data[s.pos]; c {
+		case '"':
+			if _, ok := s.rawString(); !ok {
+				return false
+			}
+		case '{', '[':
+			stack = append(stack, c)
+			s.pos++
+			continue
+		case '}', ']':
+			if len(stack) == 0 || stack[len(stack)-1] != c-2 { // '{'+2=='}', '['+2==']'
+				return false
+			}
+			stack = stack[:len(stack)-1]
+			s.pos++
+		case ',', ':':
+			if len(stack) == 0 {
+				return false
+			}
+			s.pos++
+			continue
+		default:
+			start := s.pos
+			for s.pos < len(s.data) && isScalarByte(s.data[s.pos]) {
+				s.pos++
+			}
+			if s.pos == start {
+				return false
+			}
+		}
+		if len(stack) == 0 {
+			return true
+		}
+	}
+}
+
+func isScalarByte(c byte) bool {
+	return ('a' <= c && c <= 'z') || ('0' <= c && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'E'
+}

@@ -1,0 +1,395 @@
+package prune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotSynced means the pod view was not (or stopped being) complete and
+// fresh, so the prune deleted nothing more.
+var ErrNotSynced = errors.New("pod view not synced")
+
+// DefaultMaxFileSize bounds what is read of a results file. Real ones are one
+// to a few KiB; anything bigger is not a cache file and is kept unread.
+const DefaultMaxFileSize = 256 << 10
+
+// Options configure Run.
+type Options struct {
+	// Dir is the multus cache directory, /var/lib/cni/multus on a node.
+	Dir string
+	// MinAge keeps files younger than this: their ADD may still be running.
+	MinAge time.Duration
+	// DryRun decides and reports but removes nothing.
+	DryRun bool
+	// Workers is the number of files handled at once; default GOMAXPROCS.
+	Workers int
+	// MaxFileSize bounds what is read of a results file; default
+	// DefaultMaxFileSize.
+	MaxFileSize int64
+	// Logger receives one debug line per file and warnings; default discard.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Run prunes the cache under opts.Dir against idx. It refuses to start
+// unless idx is synced, and stops at the first removal it would make after
+// idx stops being synced (ErrNotSynced) or ctx is cancelled. The summary is
+// valid whatever the error.
+func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opts.MaxFileSize <= 0 {
+		opts.MaxFileSize = DefaultMaxFileSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	start := time.Now()
+	e := &executor{
+		opts:    opts,
+		idx:     idx,
+		planner: Planner{Index: idx, Now: opts.Now(), MinAge: opts.MinAge},
+		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
+	}
+	sum := newSummary(opts.Dir, opts.DryRun)
+	err := e.run(ctx, sum)
+	sum.Duration = time.Since(start)
+	return sum, err
+}
+
+type executor struct {
+	opts    Options
+	idx     PodIndex
+	planner Planner
+	debug   bool
+	// stop is set once a removal found the view unsynced; every worker then
+	// stops before its next file.
+	stop atomic.Bool
+}
+
+func (e *executor) run(ctx context.Context, sum *Summary) error {
+	if !e.idx.Synced() {
+		return ErrNotSynced
+	}
+	dir, err := openDir(unix.AT_FDCWD, e.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("open cache directory %s: %w", e.opts.Dir, err)
+	}
+	defer dir.Close()
+
+	referenced := map[SandboxID]struct{}{}
+	results, err := openDir(int(dir.Fd()), "results")
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		// No results directory: every scratch file is unreferenced.
+	case err != nil:
+		// A symlink (ELOOP) or a file where results/ should be: without
+		// reading it, phase 2 can't know which sandboxes are referenced.
+		return fmt.Errorf("open %s: %w", filepath.Join(e.opts.Dir, "results"), err)
+	default:
+		err := e.phase(ctx, results, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+			w.results(fd, name, typ)
+		}, func(ws []*worker) {
+			for _, w := range ws {
+				for id := range w.referenced {
+					referenced[id] = struct{}{}
+				}
+			}
+		})
+		results.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return e.phase(ctx, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+		w.scratch(fd, name, typ, referenced)
+	}, nil)
+}
+
+// phase streams the entries of dir to workers and merges their counts. The
+// directory is read in batches while workers delete, so memory does not grow
+// with the number of files.
+func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Summary,
+	handle func(w *worker, fd int, name string, typ os.FileMode), merge func([]*worker)) error {
+	type item struct {
+		name string
+		typ  os.FileMode
+	}
+	batches := make(chan []item, e.opts.Workers)
+	workers := make([]*worker, e.opts.Workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := e.newWorker(ctx, phase)
+		workers[i] = w
+		wg.Go(func() {
+			for batch := range batches {
+				for _, it := range batch {
+					if e.stop.Load() || ctx.Err() != nil {
+						continue // drain so the reader never blocks
+					}
+					handle(w, int(dir.Fd()), it.name, it.typ)
+				}
+			}
+		})
+	}
+	var readErr error
+	for ctx.Err() == nil && !e.stop.Load() {
+		ents, err := dir.ReadDir(256)
+		if len(ents) > 0 {
+			batch := make([]item, len(ents))
+			for i, de := range ents {
+				batch[i] = item{de.Name(), de.Type()}
+			}
+			batches <- batch
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			readErr = fmt.Errorf("read %s: %w", dir.Name(), err)
+			break
+		}
+	}
+	close(batches)
+	wg.Wait()
+	for _, w := range workers {
+		sum.add(&w.counts)
+	}
+	if merge != nil {
+		merge(workers)
+	}
+	switch {
+	case e.stop.Load():
+		return ErrNotSynced
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return readErr
+}
+
+// worker handles files one at a time with its own read buffer and counts, so
+// workers share nothing but the stop flag.
+type worker struct {
+	e          *executor
+	ctx        context.Context
+	phase      Phase
+	buf        []byte
+	counts     counts
+	referenced map[SandboxID]struct{}
+}
+
+func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
+	w := &worker{e: e, ctx: ctx, phase: phase, counts: newCounts()}
+	if phase == PhaseResults {
+		w.buf = make([]byte, e.opts.MaxFileSize+1)
+		w.referenced = map[SandboxID]struct{}{}
+	}
+	return w
+}
+
+func (w *worker) results(dirfd int, name string, typ os.FileMode) {
+	w.counts.scanned[PhaseResults]++
+	re := ResultsEntry{Entry: Entry{Name: name}}
+	var d Decision
+	st, err := w.read(dirfd, name, typ, &re)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		w.counts.scanned[PhaseResults]-- // removed by someone else meanwhile
+		return
+	case errors.Is(err, errNotRegular):
+		d = keep(ReasonNotRegular)
+	case err != nil:
+		w.e.opts.Logger.Warn("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
+		d = keep(ReasonError)
+		w.counts.errors++
+	default:
+		d = w.e.planner.Results(re)
+	}
+	if d.Remove {
+		d = w.remove(dirfd, name, st, d)
+	}
+	if !d.Remove {
+		for _, id := range re.Sandboxes() {
+			w.referenced[id] = struct{}{}
+		}
+	}
+	w.record(PhaseResults, name, d)
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// read opens name without following a symlink or blocking on a FIFO, checks
+// that it is a regular file and parses it into re.
+func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if !typ.IsRegular() {
+		return st, errNotRegular
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return st, errNotRegular // replaced by a symlink since readdir
+	}
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return st, errNotRegular
+	}
+	re.ModTime = time.Unix(st.Mtim.Unix())
+	if st.Size > w.e.opts.MaxFileSize {
+		re.ParseReason = ReasonTooLarge
+		return st, nil
+	}
+	n, err := readFull(fd, w.buf)
+	if err != nil {
+		return st, err
+	}
+	if int64(n) > w.e.opts.MaxFileSize { // grew since fstat
+		re.ParseReason = ReasonTooLarge
+		return st, nil
+	}
+	cf, err := ParseCacheFile(w.buf[:n])
+	switch {
+	case errors.Is(err, ErrNotCache):
+		re.ParseReason = ReasonNotCache
+	case err != nil:
+		re.ParseReason = ReasonUnparseable
+	}
+	re.Cache = cf
+	return st, nil
+}
+
+func readFull(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map[SandboxID]struct{}) {
+	id, ok := ParseSandboxID(name)
+	if !ok {
+		if name != "results" {
+			w.counts.scanned["other"]++
+			w.record(PhaseScratch, name, keep(ReasonOtherName))
+		}
+		return
+	}
+	w.counts.scanned[PhaseScratch]++
+	if !typ.IsRegular() {
+		w.record(PhaseScratch, name, keep(ReasonNotRegular))
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			w.counts.scanned[PhaseScratch]--
+			return
+		}
+		w.e.opts.Logger.Warn("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
+		w.counts.errors++
+		w.record(PhaseScratch, name, keep(ReasonError))
+		return
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		w.record(PhaseScratch, name, keep(ReasonNotRegular))
+		return
+	}
+	d := w.e.planner.Scratch(Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix())}, id, referenced)
+	if d.Remove {
+		d = w.remove(dirfd, name, st, d)
+	}
+	w.record(PhaseScratch, name, d)
+}
+
+// remove carries out a removal decided on the state st: it re-checks that
+// the pod view is still synced and that the entry is still the same regular
+// file, no newer than planned, then unlinks it relative to the directory.
+func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Decision {
+	if w.e.opts.DryRun {
+		return d
+	}
+	if !w.e.idx.Synced() {
+		w.e.stop.Store(true)
+		return keep(ReasonError)
+	}
+	var now unix.Stat_t
+	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return d // gone already: done
+	}
+	if err != nil {
+		w.e.opts.Logger.Warn("cannot re-check file", "phase", w.phase, "file", name, "error", err)
+		w.counts.errors++
+		return keep(ReasonError)
+	}
+	if now.Mode&unix.S_IFMT != unix.S_IFREG || now.Ino != st.Ino || now.Dev != st.Dev ||
+		time.Unix(now.Mtim.Unix()).After(time.Unix(st.Mtim.Unix())) {
+		return keep(ReasonChanged)
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		w.e.opts.Logger.Warn("cannot remove file", "phase", w.phase, "file", name, "error", err)
+		w.counts.errors++
+		return keep(ReasonError)
+	}
+	return d
+}
+
+func (w *worker) record(phase Phase, name string, d Decision) {
+	if d.Remove {
+		w.counts.removed[phase]++
+	} else {
+		w.counts.kept[d.Reason]++
+	}
+	if w.e.debug {
+		action := "keep"
+		if d.Remove {
+			action = "remove"
+			if w.e.opts.DryRun {
+				action = "would-remove"
+			}
+		}
+		w.e.opts.Logger.Debug("decision", "phase", phase, "file", name, "action", action, "reason", d.Reason)
+	}
+}
+
+// openDir opens a directory relative to dirfd without following a symlink in
+// its last component.
+func openDir(dirfd int, name string) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}

@@ -1,0 +1,260 @@
+package prune_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// tree is a cache directory with one of everything the prune must handle.
+type tree struct {
+	dir, outside string
+	live         []prune.PodRef
+	want         []string // entries expected to remain, relative to dir
+}
+
+func newTree(t *testing.T) *tree {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "multus")
+	outside := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	young := time.Now()
+	tr := &tree{dir: dir, outside: outside}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	atts := multuscache.DefaultAttachments()
+	sandbox := func(pod multuscache.Pod, mtime time.Time, keep bool) string {
+		id := multuscache.NewSandboxID()
+		paths, err := multuscache.Sandbox(dir, id, pod, atts, mtime)
+		must(err)
+		if keep {
+			for _, p := range paths {
+				rel, _ := filepath.Rel(dir, p)
+				tr.want = append(tr.want, rel)
+			}
+		}
+		return id
+	}
+	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: "uid-live"}
+	web0New := multuscache.Pod{Namespace: "default", Name: "web-0", UID: "uid-web-0-new"}
+	tr.live = []prune.PodRef{{Namespace: "default", Name: "live", UID: "uid-live"}, {Namespace: "default", Name: "web-0", UID: "uid-web-0-new"}}
+
+	sandbox(livePod, old, true)                                                                     // live pod: kept
+	sandbox(multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, old, false)       // deleted pod: removed
+	sandbox(multuscache.Pod{Namespace: "default", Name: "web-0", UID: "uid-web-0-old"}, old, false) // same name, old UID: removed
+	sandbox(web0New, old, true)                                                                     // same name, new UID: kept
+	sandbox(multuscache.Pod{Namespace: "default", Name: "young", UID: "uid-young"}, young, true)    // deleted but young: kept
+
+	_, err := multuscache.FailedAdd(dir, multuscache.NewSandboxID(), old) // failed ADD: removed
+	must(err)
+	youngFailed := multuscache.NewSandboxID()
+	_, err = multuscache.FailedAdd(dir, youngFailed, young) // failed ADD, young: kept
+	must(err)
+	tr.want = append(tr.want, youngFailed)
+
+	// Unparseable results file: kept, and it keeps its sandbox's scratch file.
+	corrupt := multuscache.NewSandboxID()
+	_, err = multuscache.FailedAdd(dir, corrupt, old)
+	must(err)
+	cname := "results/k8s-pod-network-" + corrupt + "-eth0"
+	must(os.WriteFile(filepath.Join(dir, cname), []byte(`{"kind":"cniCacheV1","containerId":"`), 0o600))
+	must(os.Chtimes(filepath.Join(dir, cname), old, old))
+	tr.want = append(tr.want, corrupt, cname)
+
+	// Untouchables.
+	target := filepath.Join(outside, "target")
+	must(os.WriteFile(target, []byte("{}"), 0o600))
+	symlinkID := multuscache.NewSandboxID()
+	must(os.Symlink(target, filepath.Join(dir, symlinkID)))
+	must(os.Symlink(target, filepath.Join(dir, "results", "net-"+symlinkID+"-eth0")))
+	must(os.Mkdir(filepath.Join(dir, multuscache.NewSandboxID()), 0o700))
+	must(os.WriteFile(filepath.Join(dir, "multus.kubeconfig"), []byte("x"), 0o600))
+	must(os.WriteFile(filepath.Join(dir, strings.ToUpper(multuscache.NewSandboxID())), []byte("x"), 0o600))
+	must(syscall.Mkfifo(filepath.Join(dir, "results", "fifo"), 0o600))
+	l, err := net.Listen("unix", filepath.Join(dir, "results", "sock"))
+	must(err)
+	t.Cleanup(func() { l.Close() })
+	for _, e := range must2(os.ReadDir(dir)) {
+		if e.Name() != "results" && (e.Type()&fs.ModeSymlink != 0 || e.IsDir() || len(e.Name()) != 64 || strings.ToUpper(e.Name()) == e.Name()) {
+			tr.want = append(tr.want, e.Name())
+		}
+	}
+	tr.want = append(tr.want, "results/net-"+symlinkID+"-eth0", "results/fifo", "results/sock")
+	sort.Strings(tr.want)
+	return tr
+}
+
+func must2[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func (tr *tree) remaining(t *testing.T) []string {
+	t.Helper()
+	var got []string
+	for _, sub := range []string{"", "results"} {
+		ents, err := os.ReadDir(filepath.Join(tr.dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if sub == "" && e.Name() == "results" {
+				continue
+			}
+			got = append(got, filepath.Join(sub, e.Name()))
+		}
+	}
+	sort.Strings(got)
+	return got
+}
+
+func (tr *tree) all(t *testing.T) string {
+	return strings.Join(tr.remaining(t), "\n")
+}
+
+func TestRun(t *testing.T) {
+	tr := newTree(t)
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(tr.remaining(t), "\n"), strings.Join(tr.want, "\n"); got != want {
+		t.Fatalf("remaining:\n%s\n\nwant:\n%s", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(tr.outside, "target")); err != nil {
+		t.Fatalf("symlink target touched: %v", err)
+	}
+	// gone + web-0 old: 2 sandboxes x 2 results; their scratch files + the old failed ADD.
+	if sum.Removed[prune.PhaseResults] != 4 || sum.Removed[prune.PhaseScratch] != 3 || sum.Errors != 0 {
+		t.Fatalf("summary: %+v", sum)
+	}
+	for r, n := range map[prune.Reason]int{prune.ReasonPodLive: 4, prune.ReasonTooYoung: 3, prune.ReasonUnparseable: 1, prune.ReasonNotRegular: 5, prune.ReasonSandboxReferenced: 4} {
+		if sum.Kept[r] != n {
+			t.Errorf("kept[%s] = %d, want %d (all: %v)", r, sum.Kept[r], n, sum.Kept)
+		}
+	}
+	// A second run finds nothing more to do.
+	sum, err = prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	if err != nil || sum.Removed[prune.PhaseResults]+sum.Removed[prune.PhaseScratch] != 0 {
+		t.Fatalf("second run: %+v, %v", sum, err)
+	}
+}
+
+func TestRunDryRun(t *testing.T) {
+	tr := newTree(t)
+	before := tr.all(t)
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := tr.all(t); after != before {
+		t.Fatalf("dry run changed the tree")
+	}
+	// The dry run reports what a real run removes, phase 2 included.
+	if sum.Removed[prune.PhaseResults] != 4 || sum.Removed[prune.PhaseScratch] != 3 {
+		t.Fatalf("summary: %+v", sum)
+	}
+}
+
+// flakyIndex is synced for the first n checks, then not: a watch that broke
+// in the middle of a run.
+type flakyIndex struct {
+	*prune.PodSet
+	n atomic.Int64
+}
+
+func (f *flakyIndex) Synced() bool { return f.n.Add(-1) >= 0 }
+
+func TestRunFailsClosed(t *testing.T) {
+	tests := []struct {
+		name      string
+		syncedFor int64
+		maxGone   int
+	}{
+		{"never synced", 0, 0},
+		{"unsynced mid-run", 3, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTree(t)
+			before := len(tr.remaining(t))
+			idx := &flakyIndex{PodSet: prune.NewPodSet(tr.live)}
+			idx.n.Store(tc.syncedFor)
+			_, err := prune.Run(t.Context(), idx, prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute, Workers: 1})
+			if !errors.Is(err, prune.ErrNotSynced) {
+				t.Fatalf("err = %v, want ErrNotSynced", err)
+			}
+			if gone := before - len(tr.remaining(t)); gone > tc.maxGone {
+				t.Fatalf("%d entries removed on an unsynced view", gone)
+			}
+		})
+	}
+}
+
+func TestRunRefusesSymlinkedResults(t *testing.T) {
+	tr := newTree(t)
+	// results/ replaced by a symlink to a directory full of stale-looking files.
+	elsewhere := filepath.Join(tr.outside, "elsewhere")
+	if err := os.Rename(filepath.Join(tr.dir, "results"), elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(tr.dir, "results")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(elsewhere)
+	beforeTop := tr.all(t)
+	_, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	if err == nil {
+		t.Fatal("prune followed a symlinked results directory")
+	}
+	after, _ := os.ReadDir(elsewhere)
+	if len(after) != len(before) || tr.all(t) != beforeTop {
+		t.Fatal("files removed although results/ is a symlink")
+	}
+}
+
+func TestRunMissingResultsDir(t *testing.T) {
+	dir := t.TempDir()
+	id := multuscache.NewSandboxID()
+	if _, err := multuscache.FailedAdd(dir, id, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil || sum.Removed[prune.PhaseScratch] != 1 {
+		t.Fatalf("sum %+v, err %v", sum, err)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	tr := newTree(t)
+	before := tr.all(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := prune.Run(ctx, prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if tr.all(t) != before {
+		t.Fatal("cancelled run removed files")
+	}
+}

@@ -1,0 +1,99 @@
+package prune
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// counts is what one worker saw; Summary adds them up.
+type counts struct {
+	// scanned counts entries by phase; "other" counts entries of the cache
+	// directory that are neither.
+	scanned map[Phase]int
+	removed map[Phase]int
+	kept    map[Reason]int
+	errors  int
+}
+
+func newCounts() counts {
+	return counts{scanned: map[Phase]int{}, removed: map[Phase]int{}, kept: map[Reason]int{}}
+}
+
+// Summary is what one prune did.
+type Summary struct {
+	Dir    string `json:"dir"`
+	DryRun bool   `json:"dryRun"`
+	// Scanned counts the entries looked at: "results", "scratch" and "other"
+	// (entries of the cache directory that are neither).
+	Scanned map[Phase]int `json:"scanned"`
+	// Removed counts removals (in a dry run: would-be removals) by phase.
+	Removed map[Phase]int `json:"removed"`
+	// Kept counts kept files by reason.
+	Kept map[Reason]int `json:"kept"`
+	// Errors counts files that could not be read, checked or removed.
+	Errors   int           `json:"errors"`
+	Duration time.Duration `json:"-"`
+}
+
+func newSummary(dir string, dryRun bool) *Summary {
+	c := newCounts()
+	return &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, Kept: c.kept}
+}
+
+func (s *Summary) add(c *counts) {
+	for k, v := range c.scanned {
+		s.Scanned[k] += v
+	}
+	for k, v := range c.removed {
+		s.Removed[k] += v
+	}
+	for k, v := range c.kept {
+		s.Kept[k] += v
+	}
+	s.Errors += c.errors
+}
+
+// Remaining returns how many files of a phase are left after the run.
+func (s *Summary) Remaining(p Phase) int {
+	if s.DryRun {
+		return s.Scanned[p]
+	}
+	return s.Scanned[p] - s.Removed[p]
+}
+
+// MarshalJSON adds the duration in seconds.
+func (s *Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary
+	return json.Marshal(struct {
+		*plain
+		DurationSeconds float64 `json:"durationSeconds"`
+	}{(*plain)(s), s.Duration.Seconds()})
+}
+
+// WriteText writes a short human-readable report.
+func (s *Summary) WriteText(w io.Writer) error {
+	verb := "removed"
+	if s.DryRun {
+		verb = "would remove"
+	}
+	_, err := fmt.Fprintf(w, "%s: scanned %d results, %d scratch, %d other; %s %d results, %d scratch; %d errors; %.3fs\n",
+		s.Dir, s.Scanned[PhaseResults], s.Scanned[PhaseScratch], s.Scanned["other"],
+		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], s.Errors, s.Duration.Seconds())
+	if err != nil {
+		return err
+	}
+	reasons := make([]string, 0, len(s.Kept))
+	for r := range s.Kept {
+		reasons = append(reasons, string(r))
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		if _, err := fmt.Fprintf(w, "  kept %-20s %d\n", r, s.Kept[Reason(r)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
