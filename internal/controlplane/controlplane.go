@@ -140,6 +140,9 @@ func start(t testing.TB, cfg config) (*ControlPlane, error) {
 			"--etcd-servers=" + loopbackURL("http", etcdClient),
 			"--bind-address=127.0.0.1",
 			"--advertise-address=127.0.0.1",
+			// The kubernetes Service endpoints would have to be a non-loopback
+			// address; nothing here needs them.
+			"--endpoint-reconciler-type=none",
 			"--secure-port=" + strconv.Itoa(apiPort),
 			"--cert-dir=" + filepath.Join(dir, "certs"),
 			"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
