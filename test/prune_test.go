@@ -1,0 +1,261 @@
+// Package test holds end-to-end tests: the built binaries as processes
+// against a real control plane (internal/controlplane) and real files.
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// createPod creates a pod bound to node and returns its UID.
+func createPod(t *testing.T, cs kubernetes.Interface, ns, name, node string) string {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "c", Image: "example.invalid/pause"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(p.UID)
+}
+
+// deletePod deletes a pod immediately, as the kubelet's final delete would.
+func deletePod(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ensureServiceAccount(t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	if ns != "default" {
+		if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cacheTree is a node's multus cache and the entries expected to survive.
+type cacheTree struct {
+	dir  string
+	want []string
+}
+
+func (c *cacheTree) sandbox(t *testing.T, pod multuscache.Pod, mtime time.Time, survives bool) string {
+	t.Helper()
+	id := multuscache.NewSandboxID()
+	paths, err := multuscache.Sandbox(c.dir, id, pod, multuscache.DefaultAttachments(), mtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if survives {
+		for _, p := range paths {
+			rel, _ := filepath.Rel(c.dir, p)
+			c.want = append(c.want, rel)
+		}
+	}
+	return id
+}
+
+func (c *cacheTree) remaining(t *testing.T) []string {
+	t.Helper()
+	var got []string
+	err := filepath.WalkDir(c.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != c.dir && path != filepath.Join(c.dir, "results") {
+			rel, _ := filepath.Rel(c.dir, path)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	return got
+}
+
+func TestPruneEndToEnd(t *testing.T) {
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	ensureServiceAccount(t, cs, "team")
+
+	old, young := time.Now().Add(-time.Hour), time.Now()
+	c := &cacheTree{dir: filepath.Join(t.TempDir(), "multus")}
+	if err := os.MkdirAll(filepath.Join(c.dir, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	// Live pods on node-a keep their files, in any namespace.
+	for _, p := range []struct{ ns, name string }{{"default", "live-1"}, {"team", "live-2"}} {
+		uid := createPod(t, cs, p.ns, p.name, "node-a")
+		c.sandbox(t, multuscache.Pod{Namespace: p.ns, Name: p.name, UID: uid}, old, true)
+	}
+	// A pod deleted without CNI DEL: its files go.
+	gone := createPod(t, cs, "default", "gone", "node-a")
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: gone}, old, false)
+	deletePod(t, cs, "default", "gone")
+	// A StatefulSet pod re-created with the same name: the old UID's files go,
+	// the new one's stay.
+	web0 := createPod(t, cs, "default", "web-0", "node-a")
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "web-0", UID: web0}, old, false)
+	deletePod(t, cs, "default", "web-0")
+	web0 = createPod(t, cs, "default", "web-0", "node-a")
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "web-0", UID: web0}, old, true)
+	// A pod that lives on node-b is not a pod of node-a.
+	other := createPod(t, cs, "default", "elsewhere", "node-b")
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "elsewhere", UID: other}, old, false)
+	// Young files of a deleted pod stay until --min-age.
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "new", UID: "0d7c0b8e-0000-4000-8000-000000000001"}, young, true)
+	// A failed ADD: the scratch file alone goes once it is old.
+	if _, err := multuscache.FailedAdd(c.dir, multuscache.NewSandboxID(), old); err != nil {
+		t.Fatal(err)
+	}
+	// Untouchables: a symlink with a sandbox name, a directory, a foreign file.
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := multuscache.NewSandboxID()
+	for _, err := range []error{
+		os.Symlink(target, filepath.Join(c.dir, link)),
+		os.Symlink(target, filepath.Join(c.dir, "results", "net-"+link+"-eth0")),
+		os.Mkdir(filepath.Join(c.dir, multuscache.NewSandboxID()), 0o700),
+		os.WriteFile(filepath.Join(c.dir, "notes.txt"), []byte("x"), 0o600),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []string{link, "results/net-" + link + "-eth0", "notes.txt"} {
+		c.want = append(c.want, e)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(c.dir, "*"))
+	for _, d := range dirs {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && filepath.Base(d) != "results" {
+			c.want = append(c.want, filepath.Base(d))
+		}
+	}
+	sort.Strings(c.want)
+	before := c.remaining(t)
+
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--multus-dir=" + c.dir, "--min-age=15m"}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("sweepd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr.String())
+		return string(out), code
+	}
+
+	t.Run("unreachable API server deletes nothing", func(t *testing.T) {
+		bad := filepath.Join(t.TempDir(), "kubeconfig")
+		cfg := *cp.Config
+		cfg.Host = "https://127.0.0.1:1"
+		if err := controlplane.WriteKubeconfig(bad, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if _, code := run("--kubeconfig="+bad, "--sync-timeout=2s"); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if got := c.remaining(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
+			t.Fatal("entries removed without a view of the pods")
+		}
+	})
+
+	t.Run("dry run", func(t *testing.T) {
+		out, code := run("--kubeconfig="+cp.Kubeconfig, "--dry-run", "--output=json")
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		var sum struct {
+			Removed map[string]int `json:"removed"`
+		}
+		if err := json.Unmarshal([]byte(out), &sum); err != nil {
+			t.Fatal(err)
+		}
+		if sum.Removed["results"] != 6 || sum.Removed["scratch"] != 4 {
+			t.Fatalf("would remove %v, want 6 results and 4 scratch", sum.Removed)
+		}
+		if got := c.remaining(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
+			t.Fatal("dry run removed entries")
+		}
+	})
+
+	t.Run("prune", func(t *testing.T) {
+		if _, code := run("--kubeconfig="+cp.Kubeconfig, "--log-level=debug"); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		if got, want := strings.Join(c.remaining(t), "\n"), strings.Join(c.want, "\n"); got != want {
+			t.Fatalf("remaining:\n%s\n\nwant:\n%s", got, want)
+		}
+		if data, err := os.ReadFile(target); err != nil || string(data) != "keep" {
+			t.Fatal("symlink target touched")
+		}
+	})
+
+	t.Run("one LIST per run", func(t *testing.T) {
+		n := 0
+		f, err := os.Open(cp.AuditLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var ev struct {
+				Verb      string `json:"verb"`
+				UserAgent string `json:"userAgent"`
+				ObjectRef struct {
+					Resource string `json:"resource"`
+				} `json:"objectRef"`
+			}
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "sweepd/") {
+				continue
+			}
+			if ev.Verb != "list" || ev.ObjectRef.Resource != "pods" {
+				t.Errorf("unexpected request %s %s", ev.Verb, ev.ObjectRef.Resource)
+			}
+			n++
+		}
+		if n != 2 { // the dry run and the prune
+			t.Fatalf("%d requests from sweepd, want 2", n)
+		}
+	})
+}
