@@ -197,7 +197,7 @@ type worker struct {
 func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
 	w := &worker{e: e, ctx: ctx, phase: phase, counts: newCounts()}
 	if phase == PhaseResults {
-		w.buf = make([]byte, e.opts.MaxFileSize+1)
+		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
 	}
 	return w
@@ -241,7 +241,13 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	if !typ.IsRegular() {
 		return st, errNotRegular
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	// O_NOATIME spares an inode write per file; it needs ownership or
+	// CAP_FOWNER, so fall back without it.
+	fd, err := unix.Openat(dirfd, name, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		fd, err = unix.Openat(dirfd, name, flags, 0)
+	}
 	if errors.Is(err, unix.ELOOP) {
 		return st, errNotRegular // replaced by a symlink since readdir
 	}
@@ -260,13 +266,12 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 		re.ParseReason = ReasonTooLarge
 		return st, nil
 	}
-	n, err := readFull(fd, w.buf)
+	// Read what fstat saw, no more: a file that grows meanwhile has a newer
+	// mtime, which the re-check before removal catches; one that shrinks
+	// reads short and fails to parse, so it is kept.
+	n, err := readFull(fd, w.buf[:st.Size])
 	if err != nil {
 		return st, err
-	}
-	if int64(n) > w.e.opts.MaxFileSize { // grew since fstat
-		re.ParseReason = ReasonTooLarge
-		return st, nil
 	}
 	cf, err := ParseCacheFile(w.buf[:n])
 	switch {
@@ -328,7 +333,8 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	}
 	d := w.e.planner.Scratch(Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix())}, id, referenced)
 	if d.Remove {
-		d = w.remove(dirfd, name, st, d)
+		// The lstat just taken is both the plan's and the re-check's.
+		d = w.unlink(dirfd, name, d)
 	}
 	w.record(PhaseScratch, name, d)
 }
@@ -339,10 +345,6 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Decision {
 	if w.e.opts.DryRun {
 		return d
-	}
-	if !w.e.idx.Synced() {
-		w.e.stop.Store(true)
-		return keep(ReasonError)
 	}
 	var now unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
@@ -357,6 +359,19 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 	if now.Mode&unix.S_IFMT != unix.S_IFREG || now.Ino != st.Ino || now.Dev != st.Dev ||
 		time.Unix(now.Mtim.Unix()).After(time.Unix(st.Mtim.Unix())) {
 		return keep(ReasonChanged)
+	}
+	return w.unlink(dirfd, name, d)
+}
+
+// unlink removes name relative to the directory once the view is known to be
+// synced; ENOENT counts as done.
+func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
+	if w.e.opts.DryRun {
+		return d
+	}
+	if !w.e.idx.Synced() {
+		w.e.stop.Store(true)
+		return keep(ReasonError)
 	}
 	if err := unix.Unlinkat(dirfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		w.e.opts.Logger.Warn("cannot remove file", "phase", w.phase, "file", name, "error", err)

@@ -104,11 +104,11 @@ func ScratchJSON(atts []Attachment) []byte {
 // successful ADD: the scratch file and one results file per attachment, all
 // with mode 0600 and modification time mtime. It returns the paths written.
 func Sandbox(dir, sandbox string, pod Pod, atts []Attachment, mtime time.Time) ([]string, error) {
-	paths := []string{filepath.Join(dir, sandbox)}
-	if err := writeFile(paths[0], ScratchJSON(atts), mtime); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+	paths := []string{filepath.Join(dir, sandbox)}
+	if err := writeFile(paths[0], ScratchJSON(atts), mtime); err != nil {
 		return nil, err
 	}
 	for _, a := range atts {
@@ -133,4 +133,27 @@ func writeFile(path string, data []byte, mtime time.Time) error {
 		return err
 	}
 	return os.Chtimes(path, mtime, mtime)
+}
+
+// Node writes the cache of a busy node: n sandboxes with the default
+// attachments (one scratch and two results files each), the first len(live)
+// belonging to live pods and the rest to deleted ones, all with mtime.
+func Node(dir string, n int, live []Pod, mtime time.Time) error {
+	for i := range n {
+		pod := Pod{Namespace: "default", Name: fmt.Sprintf("stale-%d", i), UID: newUID()}
+		if i < len(live) {
+			pod = live[i]
+		}
+		if _, err := Sandbox(dir, NewSandboxID(), pod, DefaultAttachments(), mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
