@@ -41,6 +41,7 @@ type env struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"cleanup": {summary: "one-shot uninstall cleanup of node files and cluster objects, then of itself (spectro-cleanup compatible)", setup: cleanupCommand},
 		"version": {summary: "print the version", setup: versionCommand},
 		"prune":   {summary: "run one prune cycle of the multus cache and exit", setup: pruneCommand},
 	}

@@ -1,0 +1,315 @@
+// Package cleanup is a one-shot uninstall cleanup: it removes node files
+// confined to allowed roots, deletes cluster objects listed in a config, and
+// then removes itself (the Job, Pod or DaemonSet it runs as, and its RBAC).
+// It reads spectro-cleanup's config files and honours its flags, but parses
+// strictly, never follows a path out of its roots, deletes in parallel and
+// waits with watches, and does not leak cluster-scoped RBAC.
+package cleanup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	pathvalidation "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Config file names inside the config directory, as spectro-cleanup names
+// them.
+const (
+	FileConfigName     = "file-config.json"
+	ResourceConfigName = "resource-config.json"
+)
+
+// ErrConfig marks an invalid configuration (flags or config files). Nothing
+// has been deleted when an error wrapping it is returned.
+var ErrConfig = errors.New("invalid cleanup configuration")
+
+// ResourceEntry is one element of resource-config.json.
+type ResourceEntry struct {
+	Group     string `json:"group"`
+	Version   string `json:"version"`
+	Resource  string `json:"resource"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// MustDelete makes a failure to delete this entry fail the run (exit 1)
+	// and keeps the cleanup workload in place for inspection.
+	MustDelete bool `json:"mustDelete,omitempty"`
+	// LabelSelector narrows an unnamed entry; it is our extension.
+	LabelSelector string `json:"labelSelector,omitempty"`
+}
+
+// String names the entry for logs and the summary.
+func (e ResourceEntry) String() string {
+	gr := e.Resource
+	if e.Group != "" {
+		gr += "." + e.Group
+	}
+	s := gr + "/" + e.Version
+	switch {
+	case e.Name != "" && e.Namespace != "":
+		s += " " + e.Namespace + "/" + e.Name
+	case e.Name != "":
+		s += " " + e.Name
+	case e.Namespace != "":
+		s += " " + e.Namespace + "/*"
+	default:
+		s += " *"
+	}
+	if e.LabelSelector != "" {
+		s += " [" + e.LabelSelector + "]"
+	}
+	return s
+}
+
+// ParseFileConfig parses file-config.json: a JSON array of absolute paths,
+// globs allowed. Empty input means no files. Where the paths may point is
+// checked by CheckFilePaths, which needs the allowed roots.
+func ParseFileConfig(data []byte) ([]string, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := expectDelim(dec, '['); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("element %d: %w", len(paths), err)
+		}
+		p, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("element %d: want a string, got %s", len(paths), describeToken(tok))
+		}
+		if err := checkPathSyntax(p); err != nil {
+			return nil, fmt.Errorf("element %d %q: %w", len(paths), p, err)
+		}
+		paths = append(paths, p)
+	}
+	if err := expectEnd(dec, ']'); err != nil {
+		return nil, err
+	}
+	return paths, nil
+}
+
+func checkPathSyntax(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty path")
+	case strings.ContainsRune(p, 0):
+		return errors.New("path contains a NUL byte")
+	case !filepath.IsAbs(p):
+		return errors.New("path is not absolute")
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return errors.New("path contains a .. element")
+		}
+	}
+	if _, err := filepath.Match(p, ""); err != nil {
+		return fmt.Errorf("bad glob pattern: %w", err)
+	}
+	return nil
+}
+
+// ParseResourceConfig parses resource-config.json strictly: an unknown or
+// repeated key, a value of the wrong type or an incomplete entry is an error.
+// Keys match case-insensitively, as they do for spectro-cleanup (Go's
+// encoding/json), so its configs keep working. Empty input means no entries.
+func ParseResourceConfig(data []byte) ([]ResourceEntry, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := expectDelim(dec, '['); err != nil {
+		return nil, err
+	}
+	var entries []ResourceEntry
+	for dec.More() {
+		e, err := parseEntry(dec)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", len(entries), err)
+		}
+		entries = append(entries, e)
+	}
+	if err := expectEnd(dec, ']'); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+func parseEntry(dec *json.Decoder) (ResourceEntry, error) {
+	var e ResourceEntry
+	if err := expectDelim(dec, '{'); err != nil {
+		return e, err
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return e, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return e, fmt.Errorf("want a key, got %s", describeToken(tok))
+		}
+		lk := strings.ToLower(key)
+		if seen[lk] {
+			return e, fmt.Errorf("key %q given twice", key)
+		}
+		seen[lk] = true
+		var dst *string
+		switch lk {
+		case "group":
+			dst = &e.Group
+		case "version":
+			dst = &e.Version
+		case "resource":
+			dst = &e.Resource
+		case "name":
+			dst = &e.Name
+		case "namespace":
+			dst = &e.Namespace
+		case "labelselector":
+			dst = &e.LabelSelector
+		case "mustdelete":
+			tok, err := dec.Token()
+			if err != nil {
+				return e, fmt.Errorf("key %q: %w", key, err)
+			}
+			b, ok := tok.(bool)
+			if !ok {
+				return e, fmt.Errorf("key %q: want true or false, got %s", key, describeToken(tok))
+			}
+			e.MustDelete = b
+			continue
+		default:
+			// The reason for strictness: spectro-cleanup ignores a misspelled
+			// "name", which turns a single delete into delete-all.
+			return e, fmt.Errorf("unknown key %q", key)
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return e, fmt.Errorf("key %q: %w", key, err)
+		}
+		s, ok := tok.(string)
+		if !ok {
+			return e, fmt.Errorf("key %q: want a string, got %s", key, describeToken(tok))
+		}
+		*dst = s
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return e, err
+	}
+	return e, validateEntry(e)
+}
+
+func validateEntry(e ResourceEntry) error {
+	switch {
+	case e.Version == "":
+		return errors.New(`"version" is required`)
+	case e.Resource == "":
+		return errors.New(`"resource" is required`)
+	case strings.Contains(e.Resource, "/"):
+		return fmt.Errorf("resource %q: subresources cannot be deleted", e.Resource)
+	case strings.Contains(e.Version, "/"):
+		return fmt.Errorf("version %q: put the group in \"group\"", e.Version)
+	case e.Name != "" && e.LabelSelector != "":
+		return errors.New(`"labelSelector" applies to unnamed entries only`)
+	}
+	if e.Group != "" {
+		if errs := validation.IsDNS1123Subdomain(e.Group); len(errs) > 0 {
+			return fmt.Errorf("group %q: %s", e.Group, strings.Join(errs, "; "))
+		}
+	}
+	if e.Name != "" {
+		if errs := pathvalidation.IsValidPathSegmentName(e.Name); len(errs) > 0 {
+			return fmt.Errorf("name %q: %s", e.Name, strings.Join(errs, "; "))
+		}
+	}
+	if e.Namespace != "" {
+		if errs := validation.IsDNS1123Label(e.Namespace); len(errs) > 0 {
+			return fmt.Errorf("namespace %q: %s", e.Namespace, strings.Join(errs, "; "))
+		}
+	}
+	if e.LabelSelector != "" {
+		if _, err := labels.Parse(e.LabelSelector); err != nil {
+			return fmt.Errorf("labelSelector: %w", err)
+		}
+	}
+	return nil
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %q, got %s", string(want), describeToken(tok))
+	}
+	return nil
+}
+
+func expectEnd(dec *json.Decoder, want json.Delim) error {
+	if err := expectDelim(dec, want); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the top-level array")
+	}
+	return nil
+}
+
+func describeToken(tok json.Token) string {
+	switch v := tok.(type) {
+	case nil:
+		return "null"
+	case json.Delim:
+		return fmt.Sprintf("%q", string(v))
+	case string:
+		return fmt.Sprintf("string %q", v)
+	default:
+		return fmt.Sprintf("%T %v", v, v)
+	}
+}
+
+// LoadConfig reads and parses file-config.json and resource-config.json
+// from dir. A missing file means an empty list; any other problem is an
+// error wrapping ErrConfig.
+func LoadConfig(dir string) (files []string, resources []ResourceEntry, err error) {
+	read := func(name string) ([]byte, error) {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		return data, nil
+	}
+	data, err := read(FileConfigName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if files, err = ParseFileConfig(data); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrConfig, FileConfigName, err)
+	}
+	if data, err = read(ResourceConfigName); err != nil {
+		return nil, nil, err
+	}
+	if resources, err = ParseResourceConfig(data); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrConfig, ResourceConfigName, err)
+	}
+	return files, resources, nil
+}

@@ -1,0 +1,231 @@
+package cleanup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseResourceConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []ResourceEntry
+		wantErr string
+	}{
+		{name: "empty file", in: " \n", want: nil},
+		{name: "empty array", in: "[]", want: nil},
+		{
+			name: "upstream example",
+			in: `[{"group": "", "version": "v1", "resource": "configmaps", "name": "spectro-cleanup-config", "namespace": "kube-system"},
+			      {"group": "apps", "version": "v1", "resource": "daemonsets", "name": "x", "namespace": "kube-system", "mustDelete": true}]`,
+			want: []ResourceEntry{
+				{Version: "v1", Resource: "configmaps", Name: "spectro-cleanup-config", Namespace: "kube-system"},
+				{Group: "apps", Version: "v1", Resource: "daemonsets", Name: "x", Namespace: "kube-system", MustDelete: true},
+			},
+		},
+		{
+			name: "unnamed with selector",
+			in:   `[{"group":"","version":"v1","resource":"secrets","labelSelector":"app=x,tier!=db"}]`,
+			want: []ResourceEntry{{Version: "v1", Resource: "secrets", LabelSelector: "app=x,tier!=db"}},
+		},
+		{
+			name: "go field names as upstream accepts them",
+			in:   `[{"Group":"","Version":"v1","Resource":"pods","Name":"p","Namespace":"ns","MustDelete":false}]`,
+			want: []ResourceEntry{{Version: "v1", Resource: "pods", Name: "p", Namespace: "ns"}},
+		},
+		{name: "typo in name", in: `[{"version":"v1","resource":"configmaps","nmae":"x","namespace":"default"}]`, wantErr: `unknown key "nmae"`},
+		{name: "upstream deleteAll is not ours", in: `[{"version":"v1","resource":"configmaps","deleteAll":true}]`, wantErr: `unknown key "deleteAll"`},
+		{name: "duplicate key", in: `[{"version":"v1","resource":"configmaps","name":"a","Name":"b"}]`, wantErr: "given twice"},
+		{name: "missing version", in: `[{"resource":"configmaps"}]`, wantErr: `"version" is required`},
+		{name: "missing resource", in: `[{"version":"v1"}]`, wantErr: `"resource" is required`},
+		{name: "subresource", in: `[{"version":"v1","resource":"pods/status"}]`, wantErr: "subresources"},
+		{name: "name with slash", in: `[{"version":"v1","resource":"pods","name":"a/b","namespace":"x"}]`, wantErr: "name"},
+		{name: "bad namespace", in: `[{"version":"v1","resource":"pods","namespace":"Not_OK"}]`, wantErr: "namespace"},
+		{name: "bad selector", in: `[{"version":"v1","resource":"pods","labelSelector":"a in (("}]`, wantErr: "labelSelector"},
+		{name: "selector with name", in: `[{"version":"v1","resource":"pods","name":"a","namespace":"x","labelSelector":"a=b"}]`, wantErr: "unnamed entries only"},
+		{name: "null name", in: `[{"version":"v1","resource":"pods","name":null}]`, wantErr: "want a string"},
+		{name: "string mustDelete", in: `[{"version":"v1","resource":"pods","mustDelete":"true"}]`, wantErr: "want true or false"},
+		{name: "number version", in: `[{"version":1,"resource":"pods"}]`, wantErr: "want a string"},
+		{name: "object not array", in: `{"version":"v1","resource":"pods"}`, wantErr: `want "["`},
+		{name: "null", in: `null`, wantErr: `want "["`},
+		{name: "trailing data", in: `[] []`, wantErr: "trailing data"},
+		{name: "truncated", in: `[{"version":"v1"`, wantErr: "EOF"},
+		{name: "nested value", in: `[{"version":"v1","resource":"pods","name":{"x":1}}]`, wantErr: "want a string"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseResourceConfig([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseFileConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{name: "empty", in: "", want: nil},
+		{name: "upstream example", in: `["/host/etc/cni/net.d/00-multus.conf", "/host/opt/cni/bin/multus"]`,
+			want: []string{"/host/etc/cni/net.d/00-multus.conf", "/host/opt/cni/bin/multus"}},
+		{name: "glob", in: `["/host/var/lib/cni/multus/*"]`, want: []string{"/host/var/lib/cni/multus/*"}},
+		{name: "relative", in: `["host/x"]`, wantErr: "not absolute"},
+		{name: "dotdot", in: `["/host/../etc/passwd"]`, wantErr: ".."},
+		{name: "empty string", in: `[""]`, wantErr: "empty path"},
+		{name: "bad glob", in: `["/host/[x"]`, wantErr: "glob"},
+		{name: "number", in: `[1]`, wantErr: "want a string"},
+		{name: "object", in: `[{"path":"/host/x"}]`, wantErr: "want a string"},
+		{name: "not array", in: `"/host/x"`, wantErr: `want "["`},
+		{name: "trailing", in: `["/host/x"] x`, wantErr: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseFileConfig([]byte(tt.in))
+			if tt.name == "trailing" {
+				if err == nil {
+					t.Fatal("trailing garbage accepted")
+				}
+				return
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	files, res, err := LoadConfig(dir)
+	if err != nil || files != nil || res != nil {
+		t.Fatalf("absent files: got %v %v %v, want nothing", files, res, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResourceConfigName), []byte(`[{"version":"v1","resource":"pods","nmae":"x"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadConfig(dir); !errors.Is(err, ErrConfig) {
+		t.Fatalf("typo: error %v does not wrap ErrConfig", err)
+	}
+}
+
+func TestCheckFilePaths(t *testing.T) {
+	tests := []struct {
+		name  string
+		paths []string
+		roots []string
+		ok    bool
+	}{
+		{"under root", []string{"/host/etc/x"}, []string{"/host"}, true},
+		{"glob under root", []string{"/host/etc/*.conf"}, []string{"/host"}, true},
+		{"outside", []string{"/etc/passwd"}, []string{"/host"}, false},
+		{"prefix is not a parent", []string{"/hostile/x"}, []string{"/host"}, false},
+		{"the root itself", []string{"/host"}, []string{"/host"}, false},
+		{"the root with slash", []string{"/host/"}, []string{"/host"}, false},
+		{"glob in root part", []string{"/ho*/x"}, []string{"/host"}, false},
+		{"second root", []string{"/var/lib/x"}, []string{"/host", "/var/lib"}, true},
+		{"unclean root", []string{"/host/x"}, []string{"/host/"}, false},
+		{"relative root", []string{"/host/x"}, []string{"host"}, false},
+		{"dotdot escape", []string{"/host/a/../../etc"}, []string{"/host"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckFilePaths(tt.paths, tt.roots)
+			if tt.ok != (err == nil) {
+				t.Fatalf("CheckFilePaths(%q, %q) = %v, want ok=%v", tt.paths, tt.roots, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrConfig) {
+				t.Fatalf("error %v does not wrap ErrConfig", err)
+			}
+		})
+	}
+}
+
+func TestParseGVR(t *testing.T) {
+	for in, ok := range map[string]bool{
+		"batch/v1/jobs": true, "/v1/pods": true, "apps/v1/daemonsets": true,
+		"v1/pods": false, "": false, "batch//jobs": false, "batch/v1/": false, "a/b/c/d": false,
+	} {
+		if _, err := ParseGVR(in); (err == nil) != ok {
+			t.Errorf("ParseGVR(%q) error = %v, want ok=%v", in, err, ok)
+		}
+	}
+}
+
+// FuzzParseResourceConfig checks that the parser never panics and that what
+// it accepts is a valid config that survives a round trip.
+func FuzzParseResourceConfig(f *testing.F) {
+	for _, s := range []string{
+		`[]`,
+		`[{"group":"","version":"v1","resource":"configmaps","name":"a","namespace":"b","mustDelete":true}]`,
+		`[{"version":"v1","resource":"secrets","labelSelector":"app in (a,b)"}]`,
+		`[{"version":"v1","resource":"configmaps","nmae":"x"}]`,
+		`[{"Version":"v1","version":"v1"}]`,
+		`[{"version":"v1","resource":"x"}] trailing`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := ParseResourceConfig(data)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.Version == "" || e.Resource == "" {
+				t.Fatalf("accepted incomplete entry %+v", e)
+			}
+			if err := validateEntry(e); err != nil {
+				t.Fatalf("accepted invalid entry %+v: %v", e, err)
+			}
+		}
+	})
+}
+
+// FuzzParseFileConfig checks that every accepted path is absolute and free
+// of .. elements, whatever the input.
+func FuzzParseFileConfig(f *testing.F) {
+	for _, s := range []string{`[]`, `["/host/etc/x"]`, `["/host/*/x?"]`, `["/host/../x"]`, `["rel"]`, `[1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		paths, err := ParseFileConfig(data)
+		if err != nil {
+			return
+		}
+		for _, p := range paths {
+			if !filepath.IsAbs(p) || strings.Contains("/"+p+"/", "/../") {
+				t.Fatalf("accepted unsafe path %q", p)
+			}
+			if err := CheckFilePaths([]string{p}, []string{"/host"}); err == nil {
+				if !strings.HasPrefix(filepath.Clean(p), "/host/") {
+					t.Fatalf("path %q passed the root check for /host", p)
+				}
+			}
+		}
+	})
+}

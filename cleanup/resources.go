@@ -1,0 +1,502 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// Defaults of ResourceOptions, spectro-cleanup's where it has one.
+const (
+	DefaultDeletionInterval = 2 * time.Second
+	DefaultDeletionTimeout  = 300 * time.Second
+	DefaultConcurrency      = 16
+	listPageSize            = 500
+	// watchTimeout bounds one watch so that the wait re-lists now and then
+	// even if a watch stalls without closing.
+	watchTimeout = 60 * time.Second
+)
+
+// Clients are the API clients the cleanup needs.
+type Clients struct {
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+}
+
+// NewClients builds Clients from cfg; the RESTMapper reads discovery lazily
+// and refreshes it when a type is not found, so CRDs created a moment ago
+// resolve.
+func NewClients(cfg *rest.Config) (*Clients, error) {
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	return &Clients{
+		Dynamic: dc,
+		Mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+	}, nil
+}
+
+// Target is a ResourceEntry resolved through discovery.
+type Target struct {
+	Entry ResourceEntry
+	// Served is false when the API server does not serve the type (e.g. its
+	// CRD is already gone); such an entry has nothing left to delete.
+	Served bool
+	// GVR has the plural resource name from discovery.
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+}
+
+// Resolve looks every entry up through mapper and checks its namespace
+// against the type's scope: a named namespaced entry needs a namespace (an
+// empty one would otherwise 404 and pass for success), a cluster-scoped one
+// must not have one. Scope errors wrap ErrConfig; discovery failures do not.
+func Resolve(mapper meta.RESTMapper, entries []ResourceEntry) ([]Target, error) {
+	targets := make([]Target, 0, len(entries))
+	for i, e := range entries {
+		t, err := resolveGVR(mapper, schema.GroupVersionResource{Group: e.Group, Version: e.Version, Resource: e.Resource})
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (%s): %w", i, e, err)
+		}
+		t.Entry = e
+		if t.Served {
+			switch {
+			case t.Namespaced && e.Name != "" && e.Namespace == "":
+				return nil, fmt.Errorf("%w: entry %d (%s): %s is namespaced: a named entry needs a namespace", ErrConfig, i, e, t.Kind)
+			case !t.Namespaced && e.Namespace != "":
+				return nil, fmt.Errorf("%w: entry %d (%s): %s is cluster-scoped: remove the namespace", ErrConfig, i, e, t.Kind)
+			}
+		}
+		targets = append(targets, t)
+	}
+	return targets, nil
+}
+
+func resolveGVR(mapper meta.RESTMapper, gvr schema.GroupVersionResource) (Target, error) {
+	gvk, err := mapper.KindFor(gvr)
+	if meta.IsNoMatchError(err) {
+		return Target{GVR: gvr}, nil
+	}
+	if err != nil {
+		return Target{}, fmt.Errorf("discovery: %w", err)
+	}
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return Target{GVR: gvr}, nil
+	}
+	if err != nil {
+		return Target{}, fmt.Errorf("discovery: %w", err)
+	}
+	return Target{
+		Served:     true,
+		GVR:        m.Resource,
+		Kind:       gvk.Kind,
+		Namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace,
+	}, nil
+}
+
+// ResourceOptions configures DeleteResources.
+type ResourceOptions struct {
+	// Blocking waits until deleted objects are gone (finalizers done)
+	// before the next entry.
+	Blocking bool
+	// Interval is the poll period when watching is impossible (no list or
+	// watch permission); default DefaultDeletionInterval.
+	Interval time.Duration
+	// Timeout bounds the wait of one entry; default DefaultDeletionTimeout.
+	Timeout time.Duration
+	// Concurrency bounds parallel requests; default DefaultConcurrency.
+	Concurrency int
+	// DryRun sends server-side dry-run deletes, which check permissions and
+	// admission but change nothing.
+	DryRun bool
+	Log    *slog.Logger
+}
+
+func (o *ResourceOptions) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = DefaultDeletionInterval
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultDeletionTimeout
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	o.Log = logger(o.Log)
+}
+
+// DeleteResources deletes the targets' objects, entry by entry in config
+// order (so that, say, custom resources go before their CRD), the objects of
+// one entry in parallel, with Background propagation and a UID precondition
+// so that an object re-created under the same name is left alone. Outcomes
+// go to sum; it returns early only when ctx ends.
+func DeleteResources(ctx context.Context, dc dynamic.Interface, targets []Target, opts ResourceOptions, sum *Summary) error {
+	opts.defaults()
+	d := &deleter{dc: dc, opts: opts, sum: sum}
+	for _, t := range targets {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d.target(ctx, t)
+	}
+	return ctx.Err()
+}
+
+type deleter struct {
+	dc   dynamic.Interface
+	opts ResourceOptions
+	sum  *Summary
+}
+
+type objRef struct {
+	namespace, name string
+	uid             types.UID
+}
+
+func (d *deleter) record(t Target, object string, o Outcome, reason string) {
+	r := Record{Phase: PhaseResource, Object: object, Outcome: o, Reason: reason, MustDelete: o == Failed && t.Entry.MustDelete}
+	lvl := slog.LevelInfo
+	if o == Failed {
+		lvl = slog.LevelError
+	}
+	d.opts.Log.Log(context.Background(), lvl, "resource", "object", object, "outcome", string(o), "reason", reason, "mustDelete", t.Entry.MustDelete)
+	d.sum.add(r)
+}
+
+func objName(t Target, ref objRef) string {
+	gr := t.GVR.GroupResource().String()
+	if ref.namespace != "" {
+		return gr + " " + ref.namespace + "/" + ref.name
+	}
+	return gr + " " + ref.name
+}
+
+func (d *deleter) target(ctx context.Context, t Target) {
+	e := t.Entry
+	if !t.Served {
+		d.record(t, e.String(), Skipped, "resource type not served by the API server")
+		return
+	}
+	ri := d.resourceInterface(t, e.Namespace)
+	var (
+		refs   []objRef
+		rv     string
+		wopts  metav1.ListOptions
+		lister = ri
+	)
+	if e.Name != "" {
+		obj, err := ri.Get(ctx, e.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			d.record(t, objName(t, objRef{namespace: e.Namespace, name: e.Name}), Skipped, "not found")
+			return
+		}
+		if err != nil {
+			d.record(t, objName(t, objRef{namespace: e.Namespace, name: e.Name}), Failed, "get: "+err.Error())
+			return
+		}
+		refs = []objRef{{namespace: obj.GetNamespace(), name: obj.GetName(), uid: obj.GetUID()}}
+		rv = obj.GetResourceVersion()
+		wopts.FieldSelector = fields.OneTermEqualSelector("metadata.name", e.Name).String()
+	} else {
+		wopts.LabelSelector = e.LabelSelector
+		var err error
+		refs, rv, err = listAll(ctx, lister, wopts)
+		if err != nil {
+			d.record(t, e.String(), Failed, "list: "+err.Error())
+			return
+		}
+		if len(refs) == 0 {
+			d.record(t, e.String(), Skipped, "no objects")
+			return
+		}
+	}
+
+	pending := d.deleteAll(ctx, t, refs)
+	if len(pending) == 0 {
+		return
+	}
+	if d.opts.Blocking && !d.opts.DryRun {
+		d.waitGone(ctx, t, lister, wopts, rv, pending)
+		for _, ref := range sortedRefs(pending) {
+			d.record(t, objName(t, ref), Failed, fmt.Sprintf("still present after %s", d.opts.Timeout))
+		}
+		return
+	}
+	for _, ref := range sortedRefs(pending) {
+		if d.opts.DryRun {
+			d.record(t, objName(t, ref), WouldDelete, "")
+		} else {
+			d.record(t, objName(t, ref), Deleted, "deletion requested")
+		}
+	}
+}
+
+func (d *deleter) resourceInterface(t Target, namespace string) dynamic.ResourceInterface {
+	nri := d.dc.Resource(t.GVR)
+	if t.Namespaced && namespace != "" {
+		return nri.Namespace(namespace)
+	}
+	return nri
+}
+
+// listAll lists every object, page by page; all pages come from one
+// snapshot, whose resourceVersion it returns for a watch to continue from.
+func listAll(ctx context.Context, ri dynamic.ResourceInterface, opts metav1.ListOptions) ([]objRef, string, error) {
+	opts.Limit = listPageSize
+	var (
+		refs []objRef
+		rv   string
+	)
+	for {
+		list, err := ri.List(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		if rv == "" {
+			rv = list.GetResourceVersion()
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			refs = append(refs, objRef{namespace: o.GetNamespace(), name: o.GetName(), uid: o.GetUID()})
+		}
+		opts.Continue = list.GetContinue()
+		if opts.Continue == "" {
+			return refs, rv, nil
+		}
+	}
+}
+
+// deleteAll issues the deletes with bounded parallelism and returns the
+// objects whose delete was accepted (which may still exist, finalizing).
+func (d *deleter) deleteAll(ctx context.Context, t Target, refs []objRef) map[types.UID]objRef {
+	var (
+		mu      sync.Mutex
+		pending = map[types.UID]objRef{}
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, d.opts.Concurrency)
+	)
+	bg := metav1.DeletePropagationBackground
+	for _, ref := range refs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			uid := ref.uid
+			opts := metav1.DeleteOptions{
+				PropagationPolicy: &bg,
+				Preconditions:     &metav1.Preconditions{UID: &uid},
+			}
+			if d.opts.DryRun {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			err := d.resourceInterface(t, ref.namespace).Delete(ctx, ref.name, opts)
+			switch {
+			case err == nil:
+				mu.Lock()
+				pending[ref.uid] = ref
+				mu.Unlock()
+			case apierrors.IsNotFound(err):
+				d.record(t, objName(t, ref), Skipped, "already gone")
+			case apierrors.IsConflict(err):
+				d.record(t, objName(t, ref), Skipped, "replaced by a new object of the same name")
+			default:
+				d.record(t, objName(t, ref), Failed, "delete: "+err.Error())
+			}
+		})
+	}
+	wg.Wait()
+	return pending
+}
+
+// waitGone removes objects from pending as they disappear, until none is
+// left or the timeout passes. It watches from rv (the snapshot the objects
+// were listed or read at, so no deletion event can be missed), re-listing
+// whenever a watch ends; without list or watch permission it falls back to
+// polling each object every Interval.
+func (d *deleter) waitGone(ctx context.Context, t Target, ri dynamic.ResourceInterface, opts metav1.ListOptions, rv string, pending map[types.UID]objRef) {
+	total := len(pending)
+	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+	defer cancel()
+	for len(pending) > 0 && ctx.Err() == nil {
+		if rv == "" {
+			refs, listRV, err := listAll(ctx, ri, opts)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				if cannotWatch(err) {
+					d.opts.Log.Debug("cannot list, polling instead", "gvr", t.GVR.String(), "err", err)
+					d.pollGone(ctx, t, pending)
+					break
+				}
+				d.opts.Log.Debug("list failed, retrying", "gvr", t.GVR.String(), "err", err)
+				sleep(ctx, d.opts.Interval)
+				continue
+			}
+			present := map[types.UID]bool{}
+			for _, r := range refs {
+				present[r.uid] = true
+			}
+			for uid := range pending {
+				if !present[uid] {
+					d.gone(t, pending, uid)
+				}
+			}
+			rv = listRV
+			continue
+		}
+		wo := opts
+		wo.ResourceVersion = rv
+		wo.AllowWatchBookmarks = true
+		secs := int64(watchTimeout / time.Second)
+		wo.TimeoutSeconds = &secs
+		w, err := ri.Watch(ctx, wo)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if cannotWatch(err) {
+				d.opts.Log.Debug("cannot watch, polling instead", "gvr", t.GVR.String(), "err", err)
+				d.pollGone(ctx, t, pending)
+				break
+			}
+			d.opts.Log.Debug("watch failed, re-listing", "gvr", t.GVR.String(), "err", err)
+			rv = ""
+			sleep(ctx, d.opts.Interval)
+			continue
+		}
+		d.consume(ctx, t, w, pending)
+		w.Stop()
+		rv = "" // re-list: the watch ended or its resourceVersion expired
+	}
+	d.opts.Log.Debug("wait done", "gvr", t.GVR.String(), "objects", total, "remaining", len(pending))
+}
+
+func (d *deleter) consume(ctx context.Context, t Target, w watch.Interface, pending map[types.UID]objRef) {
+	for len(pending) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch ev.Type {
+			case watch.Error:
+				return
+			case watch.Deleted:
+				if o, ok := ev.Object.(*unstructured.Unstructured); ok {
+					if _, ok := pending[o.GetUID()]; ok {
+						d.gone(t, pending, o.GetUID())
+					}
+				}
+			}
+		}
+	}
+}
+
+// pollGone is the fallback of waitGone: a GET per object every Interval.
+func (d *deleter) pollGone(ctx context.Context, t Target, pending map[types.UID]objRef) {
+	tick := time.NewTicker(d.opts.Interval)
+	defer tick.Stop()
+	for {
+		var (
+			mu   sync.Mutex
+			gone []types.UID
+			wg   sync.WaitGroup
+			sem  = make(chan struct{}, d.opts.Concurrency)
+		)
+		for uid, ref := range pending {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				obj, err := d.resourceInterface(t, ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != uid) {
+					mu.Lock()
+					gone = append(gone, uid)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for _, uid := range gone {
+			d.gone(t, pending, uid)
+		}
+		if len(pending) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (d *deleter) gone(t Target, pending map[types.UID]objRef, uid types.UID) {
+	ref := pending[uid]
+	delete(pending, uid)
+	d.record(t, objName(t, ref), Deleted, "")
+}
+
+func sortedRefs(m map[types.UID]objRef) []objRef {
+	refs := make([]objRef, 0, len(m))
+	for _, r := range m {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].namespace != refs[j].namespace {
+			return refs[i].namespace < refs[j].namespace
+		}
+		return refs[i].name < refs[j].name
+	})
+	return refs
+}
+
+// ParseGVR parses "group/version/resource"; the group is empty for the core
+// group ("/v1/pods").
+func ParseGVR(s string) (schema.GroupVersionResource, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
+		return schema.GroupVersionResource{}, fmt.Errorf("%w: %q is not group/version/resource (\"/v1/pods\" for the core group)", ErrConfig, s)
+	}
+	return schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}, nil
+}
+
+// cannotWatch reports errors that retrying a list or watch will not cure.
+func cannotWatch(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsUnauthorized(err)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

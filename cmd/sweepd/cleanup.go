@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/sweep-k8s/sweep/cleanup"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+// cleanupCommand takes spectro-cleanup's flags (the image runs it as
+// /cleanup with that tool's args) plus ours.
+func cleanupCommand(fs *flag.FlagSet) func(context.Context, *env) int {
+	kube := addKubeFlags(fs)
+	o := cleanup.Options{}
+	var (
+		roots                                     stringList
+		intervalSecs, timeoutSecs, cleanupTimeout int
+		debug                                     bool
+	)
+	fs.StringVar(&o.SelfGVR, "self-gvr", "", "group/version/resource of the cleanup workload (empty group for core: /v1/pods)")
+	fs.StringVar(&o.SelfName, "self-name", "", "name of the cleanup workload; enables self-cleanup")
+	fs.StringVar(&o.SelfNamespace, "self-namespace", "", "namespace of the cleanup workload")
+	fs.StringVar(&o.ServiceAccount, "sa-name", cleanup.DefaultServiceAccount, "ServiceAccount of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&o.Role, "role-name", cleanup.DefaultRole, "Role of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&o.RoleBinding, "role-binding-name", cleanup.DefaultRoleBinding, "RoleBinding of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&o.ClusterRole, "cluster-role-name", "", "ClusterRole of the cleanup workload, deleted with it")
+	fs.StringVar(&o.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the cleanup workload, deleted with it")
+	fs.BoolVar(&o.Blocking, "blocking-deletion", true, "wait until each entry's objects are gone before the next entry")
+	fs.IntVar(&intervalSecs, "deletion-interval-seconds", 2, "poll interval in seconds when the wait cannot watch")
+	fs.IntVar(&timeoutSecs, "deletion-timeout-seconds", 300, "how long to wait for one entry's objects to be gone, in seconds")
+	fs.IntVar(&cleanupTimeout, "cleanup-timeout", 30, "with --enable-grpc-server: seconds to wait for FinalizeCleanup before self-deletion")
+	fs.IntVar(&cleanupTimeout, "cleanup-timeout-seconds", 30, "alias of --cleanup-timeout")
+	fs.BoolVar(&o.EnableFinalizeServer, "enable-grpc-server", false, "serve FinalizeCleanup (gRPC and Connect) and wait for it before self-deletion")
+	fs.IntVar(&o.FinalizePort, "grpc-port", 8080, "port of the FinalizeCleanup server")
+	fs.StringVar(&o.ConfigDir, "config-dir", cleanup.DefaultConfigDir, "directory of file-config.json and resource-config.json")
+	fs.Var(&roots, "allowed-root", "directory files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be deleted; delete nothing (server-side dry-run)")
+	fs.BoolVar(&debug, "debug", false, "accepted for spectro-cleanup compatibility; use --log-level=debug")
+
+	return func(ctx context.Context, e *env) int {
+		for name, v := range map[string]int{"deletion-interval-seconds": intervalSecs, "deletion-timeout-seconds": timeoutSecs, "cleanup-timeout": cleanupTimeout} {
+			if v <= 0 {
+				fmt.Fprintf(e.stderr, "sweepd cleanup: --%s must be positive\n", name)
+				return exitUsage
+			}
+		}
+		if o.FinalizePort < 0 || o.FinalizePort > 65535 {
+			fmt.Fprintf(e.stderr, "sweepd cleanup: --grpc-port %d out of range\n", o.FinalizePort)
+			return exitUsage
+		}
+		if debug {
+			e.log.Info("--debug is accepted for compatibility only; use --log-level=debug")
+		}
+		o.AllowedRoots = roots
+		o.DeletionInterval = time.Duration(intervalSecs) * time.Second
+		o.DeletionTimeout = time.Duration(timeoutSecs) * time.Second
+		o.CleanupTimeout = time.Duration(cleanupTimeout) * time.Second
+		o.Log = e.log
+		o.RESTConfig = func() (*rest.Config, error) {
+			cfg, err := kube.restConfig()
+			if err != nil {
+				return nil, err
+			}
+			// Deleting many objects in parallel needs more than client-go's
+			// default 5 requests per second.
+			if cfg.QPS == 0 {
+				cfg.QPS, cfg.Burst = 50, 100
+			}
+			return cfg, nil
+		}
+
+		sum, err := cleanup.Run(ctx, o)
+		if sum != nil {
+			if werr := sum.WriteText(e.stdout); werr != nil {
+				e.log.Error("write summary", "err", werr)
+			}
+		}
+		switch {
+		case errors.Is(err, cleanup.ErrConfig):
+			e.log.Error("cleanup refused: nothing deleted", "err", err)
+			return exitUsage
+		case err != nil:
+			e.log.Error("cleanup failed", "err", err)
+			return exitFail
+		case sum.MustFailed():
+			e.log.Error("cleanup failed: a mustDelete entry or the self-cleanup failed")
+			return exitFail
+		}
+		e.log.Info("cleanup done")
+		return exitOK
+	}
+}
