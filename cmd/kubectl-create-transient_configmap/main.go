@@ -1,0 +1,192 @@
+// Command kubectl-create-transient_configmap is a kubectl plugin: `kubectl
+// create transient_configmap NAME …` (or transient-configmap) runs a Job with
+// a ConfigMap that the garbage collector deletes together with the Job, even
+// if this process is killed. See package transient.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sweep-k8s/sweep/internal/version"
+	"github.com/sweep-k8s/sweep/transient"
+)
+
+// Exit codes. 130 is what a shell reports for a command ended by SIGINT, so
+// scripts see an interrupted run as such whichever signal it was.
+const (
+	exitOK          = 0
+	exitFail        = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+const example = `  # Run a Job from a CronJob with a ConfigMap that exists only for this run
+  kubectl create transient_configmap my-config --from-literal=num=1 \
+    --job-name=manual-run --job-from=cronjob/nightly
+
+  # The same, but with a uniquely named ConfigMap that the Job's pods are
+  # pointed at, so that no scheduled run of the CronJob can ever read it
+  kubectl create transient_configmap my-config --from-env-file=run.env \
+    --job-name=manual-run --job-from=cronjob/nightly --isolate
+
+  # A Job from an image; the ConfigMap's keys become its environment
+  kubectl create transient_configmap my-config --from-file=conf/ \
+    --job-name=once --job-image=busybox --logs -- sh -c 'env; cat /etc/hostname'`
+
+// usageError is a command line mistake (exit 2, not 1).
+type usageError struct{ error }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal the default action returns, so a second
+		// Ctrl-C ends a cleanup that hangs on an unreachable API server.
+		<-ctx.Done()
+		stop()
+	}()
+
+	code := exitOK
+	cmd := newCommand(stdout, stderr, &code)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		var ue usageError
+		switch {
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "See '%s --help' for usage.\n", cmd.DisplayName())
+			return exitUsage
+		case errors.Is(err, transient.ErrInterrupted):
+			return exitInterrupted
+		default:
+			return exitFail
+		}
+	}
+	return code
+}
+
+func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
+	kube := genericclioptions.NewConfigFlags(true)
+	var (
+		src       transient.Sources
+		opts      transient.Options
+		jobFrom   string
+		logFormat string
+		logLevel  string
+	)
+	cmd := &cobra.Command{
+		Use:   "transient_configmap NAME --job-name=JOB (--job-from=cronjob/CRONJOB | --job-image=IMAGE [-- COMMAND [ARG...]]) [--from-literal=KEY=VALUE] [--from-file=[KEY=]SOURCE] [--from-env-file=PATH]",
+		Short: "Run a Job with a ConfigMap that is deleted with the Job",
+		Long: `Create a Job (suspended), a ConfigMap owned by that Job, start the Job, wait until
+it completes or fails, then delete the Job; the garbage collector deletes the
+ConfigMap with it. Because the ConfigMap is owned by the Job it cannot outlive
+it, even if this command is killed: a finished Job is deleted after
+--ttl-after-finished, and its ConfigMap with it.
+
+Exit status: 0 when the Job completed, 1 when it failed, timed out or a request
+failed, 2 for a usage error, 130 when interrupted (SIGINT or SIGTERM; the Job
+is deleted first).`,
+		Example:               example,
+		DisableFlagsInUseLine: true,
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		Annotations:           map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl create transient_configmap"},
+		Version:               version.Version(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			positional, command := args, []string(nil)
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				positional, command = args[:dash], args[dash:]
+			}
+			if len(positional) != 1 {
+				return usageError{fmt.Errorf("exactly one NAME is required, got %d arguments before --", len(positional))}
+			}
+			opts.ConfigMapName = positional[0]
+			opts.Command = command
+			if jobFrom != "" {
+				name, err := transient.ParseJobFrom(jobFrom)
+				if err != nil {
+					return usageError{err}
+				}
+				opts.CronJob = name
+			}
+			log, err := newLogger(stderr, logFormat, logLevel)
+			if err != nil {
+				return usageError{err}
+			}
+			ns, _, err := kube.ToRawKubeConfigLoader().Namespace()
+			if err != nil {
+				return fmt.Errorf("namespace: %w", err)
+			}
+			opts.Namespace = ns
+			if err := opts.Validate(); err != nil {
+				return usageError{err}
+			}
+			opts.Data, err = src.Load(os.Getenv)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg, err := kube.ToRESTConfig()
+			if err != nil {
+				return fmt.Errorf("kubernetes client config: %w", err)
+			}
+			cfg.UserAgent = "kubectl-create-transient_configmap/" + version.Version()
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("kubernetes client: %w", err)
+			}
+			r := &transient.Runner{Client: cs, Out: stdout, Log: log}
+			return r.Run(cmd.Context(), opts)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	f := cmd.Flags()
+	f.StringArrayVar(&src.Literals, "from-literal", nil, "a KEY=VALUE pair for the ConfigMap (repeatable)")
+	f.StringSliceVar(&src.Files, "from-file", nil, "[KEY=]PATH of a file for the ConfigMap; a directory adds each regular file in it under its base name (repeatable)")
+	f.StringSliceVar(&src.EnvFiles, "from-env-file", nil, "PATH of a file of KEY=VALUE lines for the ConfigMap (repeatable)")
+	f.StringVar(&opts.JobName, "job-name", "", "name of the Job to create (required)")
+	f.StringVar(&jobFrom, "job-from", "", "cronjob/NAME: create the Job from this CronJob's job template")
+	f.StringVar(&opts.Image, "job-image", "", "create the Job from this image; the command follows --")
+	f.DurationVar(&opts.Timeout, "timeout", 0, "how long to wait for the Job to finish before deleting it; 0 waits as long as it runs")
+	f.DurationVar(&opts.TTLAfterFinished, "ttl-after-finished", 10*time.Minute, "ttlSecondsAfterFinished of the Job: how long a finished Job and its ConfigMap stay if this command is no longer there to delete them")
+	f.BoolVar(&opts.Logs, "logs", false, "stream the logs of the Job's pods")
+	f.BoolVar(&opts.Isolate, "isolate", false, "give the ConfigMap a unique name and point the Job's pod template at it, so that no other run of the CronJob sees it")
+	f.StringVar(&logFormat, "log-format", "text", "format of diagnostics on stderr: text or json")
+	f.StringVar(&logLevel, "log-level", "warn", "level of diagnostics on stderr: debug, info, warn or error")
+	kube.AddFlags(f)
+	return cmd
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
+	}
+}

@@ -1,0 +1,426 @@
+// Package transient runs a Job together with a ConfigMap that cannot outlive
+// it: the ConfigMap is owned by the Job, so the garbage collector deletes it
+// with the Job whether or not the client that made them is still alive.
+//
+// The order is what makes it crash-safe: the Job is created suspended, then
+// the ConfigMap with an ownerReference to the Job's UID, then the Job is
+// resumed. A client that dies at any point leaves at worst a suspended Job
+// without ConfigMap (labelled with RunLabel), or a running Job whose
+// ConfigMap goes when the Job finishes and its ttlSecondsAfterFinished runs
+// out.
+package transient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// Errors that Run wraps, for the plugin's exit code.
+var (
+	// ErrJobFailed: the Job reached its Failed condition.
+	ErrJobFailed = errors.New("job failed")
+	// ErrTimeout: --timeout ran out before the Job finished.
+	ErrTimeout = errors.New("timed out waiting for the job")
+	// ErrInterrupted: the context was cancelled (SIGINT or SIGTERM).
+	ErrInterrupted = errors.New("interrupted")
+)
+
+// Options is one run.
+type Options struct {
+	// Namespace of the Job and the ConfigMap.
+	Namespace string
+	// ConfigMapName is the ConfigMap's name, or with Isolate the prefix of
+	// its unique name.
+	ConfigMapName string
+	// Data is the ConfigMap's content.
+	Data Data
+	// JobName is the Job's name.
+	JobName string
+	// CronJob, when set, is the CronJob whose job template the Job copies.
+	CronJob string
+	// Image, when CronJob is empty, is the image of the Job's only
+	// container, and Command its command (the image's entry point if empty).
+	Image   string
+	Command []string
+	// Timeout bounds the wait for the Job to finish; 0 means no limit.
+	Timeout time.Duration
+	// TTLAfterFinished is the Job's ttlSecondsAfterFinished: how long a
+	// finished Job (and so its ConfigMap) stays when nobody deletes it.
+	TTLAfterFinished time.Duration
+	// Logs streams the logs of the Job's pods to the runner's Out.
+	Logs bool
+	// Isolate gives the ConfigMap a unique name and points the Job's pod
+	// template at it, so that no other run of the same template sees it.
+	Isolate bool
+}
+
+// Validate checks what can be checked without the API server.
+func (o Options) Validate() error {
+	var errs []string
+	check := func(what, name string, f func(string) []string) {
+		if name == "" {
+			errs = append(errs, what+" is required")
+			return
+		}
+		if e := f(name); len(e) > 0 {
+			errs = append(errs, fmt.Sprintf("invalid %s %q: %s", what, name, strings.Join(e, "; ")))
+		}
+	}
+	check("namespace", o.Namespace, validation.IsDNS1123Label)
+	check("configmap name", o.ConfigMapName, validation.IsDNS1123Subdomain)
+	check("job name", o.JobName, validation.IsDNS1123Label)
+	switch {
+	case o.CronJob == "" && o.Image == "":
+		errs = append(errs, "one of --job-from and --job-image is required")
+	case o.CronJob != "" && o.Image != "":
+		errs = append(errs, "--job-from and --job-image are mutually exclusive")
+	case o.CronJob != "" && len(o.Command) > 0:
+		errs = append(errs, "a command after -- needs --job-image")
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, "--timeout must not be negative")
+	}
+	if o.TTLAfterFinished < 0 || o.TTLAfterFinished > time.Duration(1<<31-1)*time.Second {
+		errs = append(errs, "--ttl-after-finished must be between 0 and 2^31-1 seconds")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, ", "))
+	}
+	return nil
+}
+
+// Runner runs Jobs with transient ConfigMaps.
+type Runner struct {
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// Out receives one line per step, in kubectl's style
+	// ("configmap/foo created"), and with Options.Logs the pods' logs.
+	Out io.Writer
+	// Log receives diagnostics.
+	Log *slog.Logger
+	// RequestTimeout bounds each create, patch or delete. These run on a
+	// context that an interrupt does not cancel, because a request cut off
+	// in flight may still take effect on the server and leave an object
+	// behind that this run no longer knows of. Default 30 s.
+	RequestTimeout time.Duration
+	// GCTimeout bounds the wait for the garbage collector to delete the
+	// ConfigMap after the Job; past it the runner deletes the ConfigMap
+	// itself. Default 2 min.
+	GCTimeout time.Duration
+
+	mu sync.Mutex // serialises writes to Out
+}
+
+func (r *Runner) requestTimeout() time.Duration {
+	if r.RequestTimeout > 0 {
+		return r.RequestTimeout
+	}
+	return 30 * time.Second
+}
+
+func (r *Runner) gcTimeout() time.Duration {
+	if r.GCTimeout > 0 {
+		return r.GCTimeout
+	}
+	return 2 * time.Minute
+}
+
+func (r *Runner) step(format string, args ...any) {
+	r.writeLine(fmt.Sprintf(format, args...))
+}
+
+// writeLine writes one line to Out; log streams and steps run concurrently and
+// must not interleave within a line.
+func (r *Runner) writeLine(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintln(r.Out, s)
+}
+
+// op returns a context for one request that survives the cancellation of
+// ctx (see RequestTimeout).
+func (r *Runner) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.requestTimeout())
+}
+
+// Run creates the Job and the ConfigMap, waits for the Job and deletes both.
+// It returns nil when the Job completed; an error wrapping ErrJobFailed,
+// ErrTimeout or ErrInterrupted for those outcomes; another error when a
+// request failed. On ErrInterrupted it deletes the Job and leaves the
+// ConfigMap to the garbage collector rather than wait for it.
+func (r *Runner) Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	runID := rand.String(5)
+	cmName := o.ConfigMapName
+	if o.Isolate {
+		cmName = o.ConfigMapName + "-" + runID
+		if errs := validation.IsDNS1123Subdomain(cmName); len(errs) > 0 {
+			return fmt.Errorf("configmap name %q too long for --isolate: %s", o.ConfigMapName, strings.Join(errs, "; "))
+		}
+	}
+	log := r.Log.With("namespace", o.Namespace, "job", o.JobName, "configmap", cmName, "run", runID)
+
+	job, err := r.buildJob(ctx, o, cmName)
+	if err != nil {
+		return err
+	}
+	if job.Labels == nil {
+		job.Labels = map[string]string{}
+	}
+	job.Labels[RunLabel] = runID
+	job.Spec.Suspend = new(true)
+	job.Spec.TTLSecondsAfterFinished = new(int32(o.TTLAfterFinished / time.Second))
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w before anything was created", ErrInterrupted)
+	}
+
+	opCtx, cancel := r.op(ctx)
+	job, err = r.Client.BatchV1().Jobs(o.Namespace).Create(opCtx, job, metav1.CreateOptions{FieldManager: fieldManager})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create job: %w", err)
+	}
+	r.step("job.batch/%s created (suspended)", job.Name)
+	log = log.With("job_uid", job.UID)
+
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      cmName,
+			Namespace: o.Namespace,
+			Labels:    map[string]string{RunLabel: runID},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "batch/v1",
+				Kind:       "Job",
+				Name:       job.Name,
+				UID:        job.UID,
+				Controller: new(true),
+			}},
+		},
+		Data:       o.Data.Data,
+		BinaryData: o.Data.Binary,
+	}
+	opCtx, cancel = r.op(ctx)
+	cm, err = r.Client.CoreV1().ConfigMaps(o.Namespace).Create(opCtx, cm, metav1.CreateOptions{FieldManager: fieldManager})
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("create configmap: %w", err)
+		return errors.Join(err, r.deleteJob(ctx, log, job))
+	}
+	r.step("configmap/%s created", cm.Name)
+	if ctx.Err() != nil {
+		return r.interrupted(ctx, log, job)
+	}
+
+	opCtx, cancel = r.op(ctx)
+	job, err = r.Client.BatchV1().Jobs(o.Namespace).Patch(opCtx, job.Name, types.MergePatchType,
+		[]byte(`{"spec":{"suspend":false}}`), metav1.PatchOptions{FieldManager: fieldManager})
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("resume job: %w", err)
+		return errors.Join(err, r.cleanup(ctx, log, job, cm))
+	}
+	r.step("job.batch/%s resumed", job.Name)
+	log.Debug("job resumed, waiting", "timeout", o.Timeout)
+
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	if o.Timeout > 0 {
+		waitCtx, cancelWait = context.WithTimeoutCause(ctx, o.Timeout, ErrTimeout)
+	}
+	defer cancelWait()
+	var logs *logStreamer
+	if o.Logs {
+		logs = r.startLogs(waitCtx, log, job)
+	}
+	final, waitErr := r.waitJob(waitCtx, job)
+	if logs != nil {
+		// Containers that terminated still flush their last lines; give them a
+		// moment, not the whole TTL.
+		logs.finish(5 * time.Second)
+	}
+
+	switch {
+	case ctx.Err() != nil:
+		return r.interrupted(ctx, log, job)
+	case errors.Is(context.Cause(waitCtx), ErrTimeout):
+		r.step("job.batch/%s not finished after %s", job.Name, o.Timeout)
+		return errors.Join(fmt.Errorf("job %q: %w (%s)", job.Name, ErrTimeout, o.Timeout), r.cleanup(ctx, log, job, cm))
+	case waitErr != nil:
+		return errors.Join(fmt.Errorf("wait for job %q: %w", job.Name, waitErr), r.cleanup(ctx, log, job, cm))
+	}
+
+	state, cond := stateOf(final)
+	var result error
+	if state == jobComplete {
+		r.step("job.batch/%s condition met (Complete)", job.Name)
+	} else {
+		r.step("job.batch/%s condition met (Failed: %s)", job.Name, cond.Reason)
+		result = fmt.Errorf("job %q: %w: %s: %s", job.Name, ErrJobFailed, cond.Reason, cond.Message)
+	}
+	return errors.Join(result, r.cleanup(ctx, log, job, cm))
+}
+
+// fieldManager names this client in the objects' managedFields.
+const fieldManager = "kubectl-create-transient_configmap"
+
+func (r *Runner) buildJob(ctx context.Context, o Options, cmName string) (*batchv1.Job, error) {
+	if o.CronJob == "" {
+		return JobFromImage(o.Namespace, o.JobName, o.Image, o.Command, cmName), nil
+	}
+	opCtx, cancel := r.op(ctx)
+	defer cancel()
+	cj, err := r.Client.BatchV1().CronJobs(o.Namespace).Get(opCtx, o.CronJob, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get cronjob: %w", err)
+	}
+	job := JobFromCronJob(cj, o.JobName)
+	if o.Isolate {
+		if RenameConfigMap(&job.Spec.Template.Spec, o.ConfigMapName, cmName) == 0 {
+			return nil, fmt.Errorf("--isolate: the pod template of cronjob %q does not reference configmap %q", o.CronJob, o.ConfigMapName)
+		}
+	}
+	return job, nil
+}
+
+// waitJob watches the Job until it is Complete or Failed. The informer behind
+// UntilWithSync re-lists and re-watches across API server restarts and
+// expired resource versions, so a long wait survives both.
+func (r *Runner) waitJob(ctx context.Context, job *batchv1.Job) (*batchv1.Job, error) {
+	jobs := r.Client.BatchV1().Jobs(job.Namespace)
+	sel := fields.OneTermEqualSelector("metadata.name", job.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = sel
+			return jobs.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = sel
+			return jobs.Watch(ctx, opts)
+		},
+	}
+	var final *batchv1.Job
+	_, err := watchtools.UntilWithSync(ctx, lw, &batchv1.Job{}, nil, func(ev watch.Event) (bool, error) {
+		switch ev.Type {
+		case watch.Deleted:
+			return false, errors.New("job was deleted before it finished")
+		case watch.Added, watch.Modified:
+			j, ok := ev.Object.(*batchv1.Job)
+			if !ok {
+				return false, nil
+			}
+			if j.UID != job.UID {
+				return false, errors.New("job was replaced by another of the same name")
+			}
+			if st, _ := stateOf(j); st != jobRunning {
+				final = j
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return final, nil
+}
+
+// interrupted deletes the Job and leaves the ConfigMap to the garbage
+// collector: whoever pressed Ctrl-C wants out now, and the ownerReference
+// already guarantees the rest.
+func (r *Runner) interrupted(ctx context.Context, log *slog.Logger, job *batchv1.Job) error {
+	log.Info("interrupted, deleting job")
+	return errors.Join(ErrInterrupted, r.deleteJob(ctx, log, job))
+}
+
+// cleanup deletes the Job and waits until the ConfigMap is gone.
+func (r *Runner) cleanup(ctx context.Context, log *slog.Logger, job *batchv1.Job, cm *corev1.ConfigMap) error {
+	if err := r.deleteJob(ctx, log, job); err != nil {
+		return err
+	}
+	return r.waitConfigMapGone(ctx, log, cm)
+}
+
+// deleteJob deletes the Job in the background (its pods and the ConfigMap
+// follow through the garbage collector). The UID precondition keeps it from
+// deleting a Job that someone created under the same name since.
+func (r *Runner) deleteJob(ctx context.Context, log *slog.Logger, job *batchv1.Job) error {
+	opCtx, cancel := r.op(ctx)
+	defer cancel()
+	err := r.Client.BatchV1().Jobs(job.Namespace).Delete(opCtx, job.Name, metav1.DeleteOptions{
+		PropagationPolicy: new(metav1.DeletePropagationBackground),
+		Preconditions:     metav1.NewUIDPreconditions(string(job.UID)),
+	})
+	switch {
+	case err == nil:
+		r.step("job.batch/%s deleted", job.Name)
+		return nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone already (TTL controller, someone else) or replaced: either way
+		// not ours to delete any more.
+		log.Info("job already gone", "err", err)
+		return nil
+	default:
+		return fmt.Errorf("delete job %q: %w", job.Name, err)
+	}
+}
+
+// waitConfigMapGone waits for the garbage collector to delete the ConfigMap.
+// If it does not within GCTimeout (no garbage collector running, or a backlog)
+// the runner deletes the ConfigMap itself, so that a finished run never
+// leaves it behind while this process lives. An interrupt cuts the wait
+// short; the garbage collector still does the job.
+func (r *Runner) waitConfigMapGone(ctx context.Context, log *slog.Logger, cm *corev1.ConfigMap) error {
+	cms := r.Client.CoreV1().ConfigMaps(cm.Namespace)
+	gone := func(ctx context.Context) (bool, error) {
+		got, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			log.Debug("get configmap", "err", err)
+			return false, nil
+		}
+		return got.UID != cm.UID, nil
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, r.gcTimeout())
+	defer cancel()
+	err := wait.PollUntilContextCancel(waitCtx, 200*time.Millisecond, true, gone)
+	if err == nil {
+		r.step("configmap/%s deleted", cm.Name)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ErrInterrupted
+	}
+	log.Warn("garbage collector did not delete the configmap in time, deleting it", "timeout", r.gcTimeout())
+	opCtx, cancelOp := r.op(ctx)
+	defer cancelOp()
+	err = cms.Delete(opCtx, cm.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(cm.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete configmap %q: %w", cm.Name, err)
+	}
+	r.step("configmap/%s deleted", cm.Name)
+	return nil
+}
