@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// serve starts the HTTP server: /metrics, /healthz (the process serves) and
+// /readyz (the first sync of the node's pods is done). It stops with ctx.
+func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- error) (*http.Server, error) {
+	l := d.listener
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", d.cfg.MetricsAddr, err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.view.HasSynced() {
+			http.Error(w, "pods not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	wg.Go(func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case errc <- fmt.Errorf("http server: %w", err):
+			default:
+			}
+		}
+	})
+	wg.Go(func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	})
+	d.log.Info("serving metrics", "addr", l.Addr().String())
+	return srv, nil
+}

@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sys/unix"
+
+	"github.com/sweep-k8s/sweep/internal/version"
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// Reasons a scheduled prune is skipped; a closed set, used as a label.
+const (
+	skipNotSynced    = "not-synced"
+	skipStillRunning = "still-running"
+)
+
+// keptReasons lists every reason a file can be kept, so that each series
+// exists from the start and a reason that drops to zero reads 0, not stale.
+func keptReasons() []prune.Reason {
+	return []prune.Reason{
+		prune.ReasonPodLive, prune.ReasonTooYoung, prune.ReasonSandboxReferenced, prune.ReasonUnparseable,
+		prune.ReasonNotCache, prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular,
+		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError,
+	}
+}
+
+// metrics are the daemon's metrics, on a registry of its own so that tests
+// and several daemons in one process never collide.
+type metrics struct {
+	registry *prometheus.Registry
+
+	removed     *prometheus.CounterVec
+	runs        prometheus.Counter
+	failures    prometheus.Counter
+	fileErrors  prometheus.Counter
+	skipped     *prometheus.CounterVec
+	lastSuccess prometheus.Gauge
+	duration    prometheus.Histogram
+	kept        *prometheus.GaugeVec
+	cacheFiles  *prometheus.GaugeVec
+	pods        prometheus.GaugeFunc
+	viewFresh   prometheus.GaugeFunc
+}
+
+func newMetrics(cacheDir string, view *podView) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_prune_removed_files_total",
+			Help: "Cache files removed by the prune, by phase (results, scratch).",
+		}, []string{"phase"}),
+		runs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_prune_runs_total",
+			Help: "Prune runs started.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_prune_failures_total",
+			Help: "Prune runs that stopped with an error or failed on at least one file.",
+		}),
+		fileErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_prune_file_errors_total",
+			Help: "Cache files that could not be read, checked or removed.",
+		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_prune_skipped_runs_total",
+			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; still-running: the previous run had not finished).",
+		}, []string{"reason"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_prune_last_success_timestamp_seconds",
+			Help: "Unix time of the end of the last prune run that completed without error.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sweep_prune_duration_seconds",
+			Help:    "Duration of prune runs.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1 ms to about 4 min
+		}),
+		kept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_prune_kept_files",
+			Help: "Files the last prune run kept, by reason.",
+		}, []string{"reason"}),
+		cacheFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_multus_cache_files",
+			Help: "Files in the multus cache after the last prune run, by directory (results, scratch).",
+		}, []string{"dir"}),
+		pods: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sweep_pods",
+			Help: "Pods on this node in the daemon's view.",
+		}, func() float64 { return float64(view.Len()) }),
+		viewFresh: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sweep_pod_view_fresh",
+			Help: "1 while the view of the node's pods is synced and following the API server, else 0; prunes run only at 1.",
+		}, func() float64 {
+			if view.Synced() {
+				return 1
+			}
+			return 0
+		}),
+	}
+	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
+		m.removed.WithLabelValues(string(p))
+		m.cacheFiles.WithLabelValues(string(p))
+	}
+	for _, r := range []string{skipNotSynced, skipStillRunning} {
+		m.skipped.WithLabelValues(r)
+	}
+	for _, r := range keptReasons() {
+		m.kept.WithLabelValues(string(r))
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sweep_build_info",
+		Help:        "Build information; always 1.",
+		ConstLabels: prometheus.Labels{"version": version.Version(), "revision": version.Revision(), "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
+	m.registry.MustRegister(
+		m.removed, m.runs, m.failures, m.fileErrors, m.skipped, m.lastSuccess, m.duration, m.kept, m.cacheFiles,
+		m.pods, m.viewFresh, buildInfo, newInodeCollector(cacheDir),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// observe records one finished run.
+func (m *metrics) observe(sum *prune.Summary, err error) {
+	m.duration.Observe(sum.Duration.Seconds())
+	m.fileErrors.Add(float64(sum.Errors))
+	if !sum.DryRun {
+		for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
+			m.removed.WithLabelValues(string(p)).Add(float64(sum.Removed[p]))
+		}
+	}
+	if err != nil {
+		// An interrupted run saw part of the cache only: its counts of kept
+		// and remaining files would mislead.
+		m.failures.Inc()
+		return
+	}
+	for _, r := range keptReasons() {
+		m.kept.WithLabelValues(string(r)).Set(float64(sum.Kept[r]))
+	}
+	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
+		m.cacheFiles.WithLabelValues(string(p)).Set(float64(sum.Remaining(p)))
+	}
+	if sum.Errors > 0 {
+		m.failures.Inc()
+		return
+	}
+	m.lastSuccess.SetToCurrentTime()
+}
+
+// inodeCollector reports the inodes of the filesystem that holds the cache at
+// scrape time: running out of them is the failure the prune exists to prevent.
+type inodeCollector struct {
+	dir         string
+	free, total *prometheus.Desc
+}
+
+func newInodeCollector(dir string) *inodeCollector {
+	return &inodeCollector{
+		dir: dir,
+		free: prometheus.NewDesc("sweep_multus_filesystem_inodes_free",
+			"Free inodes of the filesystem holding the multus cache.", nil, nil),
+		total: prometheus.NewDesc("sweep_multus_filesystem_inodes",
+			"Total inodes of the filesystem holding the multus cache.", nil, nil),
+	}
+}
+
+func (c *inodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.free
+	ch <- c.total
+}
+
+func (c *inodeCollector) Collect(ch chan<- prometheus.Metric) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.dir, &st); err != nil {
+		// A missing cache directory must not fail the whole scrape; the
+		// series are absent until it exists.
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(st.Ffree))
+	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(st.Files))
+}

@@ -1,0 +1,282 @@
+package test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// daemonProc is a running `sweepd daemon`.
+type daemonProc struct {
+	cmd  *exec.Cmd
+	base string // http://addr
+	log  string
+	done chan error
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startDaemon(t *testing.T, kubeconfig string, args ...string) *daemonProc {
+	t.Helper()
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	logPath := filepath.Join(t.TempDir(), "sweepd.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{cmd: cmd, base: "http://" + addr, log: logPath, done: make(chan error, 1)}
+	go func() { d.done <- cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-d.done
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			t.Logf("sweepd log:\n%s", data)
+		}
+	})
+	return d
+}
+
+func (d *daemonProc) get(path string) (int, string) {
+	resp, err := http.Get(d.base + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// metric returns the value of one series from /metrics, or -1.
+func (d *daemonProc) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	_, body := d.get("/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// sweepdRequests counts the audit events of requests made by sweepd.
+func sweepdRequests(t *testing.T, auditLog string) int {
+	t.Helper()
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			UserAgent string `json:"userAgent"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && strings.HasPrefix(ev.UserAgent, "sweepd/") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestDaemonEndToEnd(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	write := func(name, uid string) []string {
+		paths, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: uid}, multuscache.DefaultAttachments(), old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return paths
+	}
+	allExist := func(paths []string) bool {
+		for _, p := range paths {
+			if !exists(p) {
+				return false
+			}
+		}
+		return true
+	}
+	noneExist := func(paths []string) bool {
+		for _, p := range paths {
+			if exists(p) {
+				return false
+			}
+		}
+		return true
+	}
+	live := write("live", createPod(t, cs, "default", "live", "node-a"))
+	doomed := write("doomed", createPod(t, cs, "default", "doomed", "node-a"))
+	stale := write("stale", "6f1c2a3e-0000-4000-8000-00000000dead")
+
+	// The daemon starts while the API server is down: not ready, nothing
+	// pruned.
+	cp.StopAPIServer()
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--sync-timeout=2s")
+	eventually(t, 10*time.Second, "the HTTP server", func() bool { code, _ := d.get("/healthz"); return code == 200 })
+	if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before sync = %d, want 503", code)
+	}
+	time.Sleep(2 * time.Second)
+	if !allExist(stale) {
+		t.Fatal("pruned before the first sync")
+	}
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+
+	t.Run("first run prunes the stale pod, keeps live ones", func(t *testing.T) {
+		eventually(t, 15*time.Second, "stale files pruned", func() bool { return noneExist(stale) })
+		if !allExist(live) || !allExist(doomed) {
+			t.Fatal("files of a live pod removed")
+		}
+	})
+
+	t.Run("a pod deleted while the daemon runs is pruned by the next cycle", func(t *testing.T) {
+		deletePod(t, cs, "default", "doomed")
+		eventually(t, 15*time.Second, "deleted pod's files pruned", func() bool { return noneExist(doomed) })
+		if !allExist(live) {
+			t.Fatal("files of a live pod removed")
+		}
+	})
+
+	t.Run("zero API requests per prune cycle", func(t *testing.T) {
+		before := sweepdRequests(t, cp.AuditLog())
+		runs := d.metric(t, "sweep_prune_runs_total")
+		eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
+		if after := sweepdRequests(t, cp.AuditLog()); after != before {
+			t.Fatalf("%d API requests during %v prune runs, want 0", after-before, d.metric(t, "sweep_prune_runs_total")-runs)
+		}
+	})
+
+	t.Run("no deletions while the API server is down", func(t *testing.T) {
+		cp.StopAPIServer()
+		eventually(t, 10*time.Second, "view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+		orphan := write("orphan", "6f1c2a3e-0000-4000-8000-00000000beef")
+		skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
+		eventually(t, 20*time.Second, "two skipped runs", func() bool {
+			return d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
+		})
+		if !allExist(orphan) {
+			t.Fatal("files deleted on a stale view")
+		}
+		if err := cp.StartAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "pruning resumed", func() bool { return noneExist(orphan) })
+		if !allExist(live) {
+			t.Fatal("files of a live pod removed")
+		}
+	})
+
+	t.Run("metrics pass promtool", func(t *testing.T) {
+		_, body := d.get("/metrics")
+		cmd := exec.Command("promtool", "check", "metrics")
+		cmd.Stdin = strings.NewReader(body)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("promtool check metrics: %v\n%s", err, out)
+		}
+		for _, series := range []string{
+			`sweep_prune_removed_files_total{phase="results"}`, `sweep_prune_removed_files_total{phase="scratch"}`,
+			`sweep_multus_cache_files{dir="results"}`, `sweep_prune_kept_files{reason="pod-live"}`,
+			"sweep_multus_filesystem_inodes_free", "sweep_multus_filesystem_inodes", "sweep_prune_last_success_timestamp_seconds",
+		} {
+			if d.metric(t, series) < 0 {
+				t.Errorf("series %s missing", series)
+			}
+		}
+		if got := d.metric(t, `sweep_prune_removed_files_total{phase="results"}`); got != 6 {
+			t.Errorf("removed results = %v, want 6", got)
+		}
+		if got := d.metric(t, `sweep_multus_cache_files{dir="results"}`); got != 2 {
+			t.Errorf("cache results files = %v, want 2", got)
+		}
+		if !strings.Contains(body, "sweep_build_info{") || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") {
+			t.Error("build info, Go or process collector missing")
+		}
+	})
+
+	t.Run("SIGTERM exits promptly", func(t *testing.T) {
+		start := time.Now()
+		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-d.done:
+			d.done <- err // for the cleanup
+			if err != nil {
+				t.Fatalf("exit: %v", err)
+			}
+			t.Logf("exited %s after SIGTERM", time.Since(start))
+		case <-time.After(5 * time.Second):
+			t.Fatal("still running 5 s after SIGTERM")
+		}
+	})
+}
+
+func TestDaemonInvalidSchedule(t *testing.T) {
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cmd := exec.Command(sweepd, "daemon", "--node-name=n", "--kubeconfig=/dev/null", "--schedule=every hour")
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "invalid schedule") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+}
