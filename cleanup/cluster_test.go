@@ -1,0 +1,518 @@
+package cleanup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+)
+
+var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+var gadgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+
+const limitedToken = "limited-token"
+
+// cluster is one control plane shared by the subtests of a test; each
+// subtest works in its own namespaces.
+type cluster struct {
+	cp  *controlplane.ControlPlane
+	cs  kubernetes.Interface
+	dyn dynamic.Interface
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	cp := controlplane.Start(t, controlplane.WithControllerManager(),
+		controlplane.WithToken(controlplane.Token{Token: limitedToken, User: "limited"}))
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{cp: cp, cs: cp.Clientset(t), dyn: dyn}
+}
+
+func (c *cluster) namespace(t *testing.T, name string) {
+	t.Helper()
+	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) configMap(t *testing.T, ns, name string, labels map[string]string, finalizers ...string) {
+	t.Helper()
+	_, err := c.cs.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Finalizers: finalizers},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configMaps creates n ConfigMaps prefix-0..n-1 in ns, in parallel.
+func (c *cluster) configMaps(t *testing.T, ns, prefix string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := c.cs.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Labels: map[string]string{"bulk": "yes"}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) exists(t *testing.T, gvr schema.GroupVersionResource, ns, name string) bool {
+	t.Helper()
+	_, err := c.dyn.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+func (c *cluster) count(t *testing.T, gvr schema.GroupVersionResource, ns string) int {
+	t.Helper()
+	l, err := c.dyn.Resource(gvr).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
+}
+
+// crds installs a namespaced Widget and a cluster-scoped Gadget and waits
+// until both are served.
+func (c *cluster) crds(t *testing.T) {
+	t.Helper()
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, d := range []struct{ plural, kind, scope string }{{"widgets", "Widget", "Namespaced"}, {"gadgets", "Gadget", "Cluster"}} {
+		crd := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiextensions.k8s.io/v1",
+			"kind":       "CustomResourceDefinition",
+			"metadata":   map[string]any{"name": d.plural + ".example.com"},
+			"spec": map[string]any{
+				"group": "example.com",
+				"scope": d.scope,
+				"names": map[string]any{"plural": d.plural, "singular": strings.ToLower(d.kind), "kind": d.kind, "listKind": d.kind + "List"},
+				"versions": []any{map[string]any{
+					"name": "v1", "served": true, "storage": true,
+					"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+				}},
+			},
+		}}
+		if _, err := c.dyn.Resource(crdGVR).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gvr := range []schema.GroupVersionResource{widgetGVR, gadgetGVR} {
+		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("%s not served: %v", gvr, err)
+		}
+	}
+}
+
+func (c *cluster) custom(t *testing.T, gvr schema.GroupVersionResource, kind, ns, name string) {
+	t.Helper()
+	o := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(), "kind": kind,
+		"metadata": map[string]any{"name": name},
+	}}
+	if ns != "" {
+		o.SetNamespace(ns)
+	}
+	if _, err := c.dyn.Resource(gvr).Namespace(ns).Create(t.Context(), o, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeConfig writes the two config files into a new directory.
+func writeConfig(t *testing.T, files, resources string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if files != "" {
+		if err := os.WriteFile(filepath.Join(dir, cleanup.FileConfigName), []byte(files), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resources != "" {
+		if err := os.WriteFile(filepath.Join(dir, cleanup.ResourceConfigName), []byte(resources), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func (c *cluster) options(dir string, roots ...string) cleanup.Options {
+	return cleanup.Options{
+		ConfigDir:        dir,
+		AllowedRoots:     roots,
+		Blocking:         true,
+		DeletionInterval: 2 * time.Second,
+		DeletionTimeout:  30 * time.Second,
+		RESTConfig:       func() (*rest.Config, error) { return rest.CopyConfig(c.cp.Config), nil },
+	}
+}
+
+func logSummary(t *testing.T, sum *cleanup.Summary) {
+	t.Helper()
+	var b strings.Builder
+	_ = sum.WriteText(&b)
+	t.Logf("summary:\n%s", b.String())
+}
+
+var (
+	cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	crGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+)
+
+func TestRunAgainstControlPlane(t *testing.T) {
+	c := startCluster(t)
+	c.crds(t)
+
+	t.Run("entries", func(t *testing.T) {
+		for _, ns := range []string{"e1", "e2"} {
+			c.namespace(t, ns)
+		}
+		c.configMap(t, "e1", "named", nil)
+		c.configMap(t, "e1", "sel-a", map[string]string{"app": "gone"})
+		c.configMap(t, "e1", "sel-b", map[string]string{"app": "gone"})
+		c.configMap(t, "e1", "keep", map[string]string{"app": "stays"})
+		c.configMap(t, "e2", "sel-c", map[string]string{"app": "gone"})
+		c.configMap(t, "e2", "keep", nil)
+		// Held by a finalizer for a while: the blocking wait must see it go.
+		c.configMap(t, "e2", "held", nil, "example.com/hold")
+		c.custom(t, widgetGVR, "Widget", "e1", "w1")
+		c.custom(t, widgetGVR, "Widget", "e2", "w2")
+		c.custom(t, gadgetGVR, "Gadget", "", "g1")
+		c.custom(t, gadgetGVR, "Gadget", "", "g2")
+		if _, err := c.cs.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "entries-cr"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dir := writeConfig(t, "", `[
+			{"group": "", "version": "v1", "resource": "configmaps", "name": "named", "namespace": "e1", "mustDelete": true},
+			{"group": "", "version": "v1", "resource": "configmaps", "labelSelector": "app=gone"},
+			{"group": "", "version": "v1", "resource": "configmaps", "name": "held", "namespace": "e2"},
+			{"group": "", "version": "v1", "resource": "configmaps", "name": "absent", "namespace": "e1"},
+			{"group": "example.com", "version": "v1", "resource": "widgets", "namespace": "e1"},
+			{"group": "example.com", "version": "v1", "resource": "widgets", "name": "w2", "namespace": "e2"},
+			{"group": "example.com", "version": "v1", "resource": "gadgets"},
+			{"group": "rbac.authorization.k8s.io", "version": "v1", "resource": "clusterroles", "name": "entries-cr"},
+			{"group": "example.org", "version": "v1", "resource": "uninstalled"}
+		]`)
+		release := time.AfterFunc(1500*time.Millisecond, func() {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			if _, err := c.cs.CoreV1().ConfigMaps("e2").Patch(context.Background(), "held", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("release finalizer: %v", err)
+			}
+		})
+		defer release.Stop()
+		start := time.Now()
+		sum, err := cleanup.Run(t.Context(), c.options(dir))
+		logSummary(t, sum)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if sum.MustFailed() {
+			t.Fatal("a must-delete entry failed")
+		}
+		if el := time.Since(start); el < 1500*time.Millisecond {
+			t.Errorf("Run took %s: it did not wait for the finalizer", el)
+		}
+		for _, o := range []struct {
+			gvr      schema.GroupVersionResource
+			ns, name string
+			want     bool
+		}{
+			{cmGVR, "e1", "named", false}, {cmGVR, "e1", "sel-a", false}, {cmGVR, "e1", "sel-b", false},
+			{cmGVR, "e2", "sel-c", false}, {cmGVR, "e2", "held", false},
+			{cmGVR, "e1", "keep", true}, {cmGVR, "e2", "keep", true},
+			{widgetGVR, "e1", "w1", false}, {widgetGVR, "e2", "w2", false},
+			{gadgetGVR, "", "g1", false}, {gadgetGVR, "", "g2", false},
+			{crGVR, "", "entries-cr", false},
+		} {
+			if got := c.exists(t, o.gvr, o.ns, o.name); got != o.want {
+				t.Errorf("%s %s/%s exists=%v, want %v", o.gvr.Resource, o.ns, o.name, got, o.want)
+			}
+		}
+		if n := sum.Count(cleanup.PhaseResource, cleanup.Deleted); n != 10 {
+			t.Errorf("%d deleted, want 10", n)
+		}
+		if n := sum.Count(cleanup.PhaseResource, cleanup.Skipped); n != 2 {
+			t.Errorf("%d skipped (absent, uninstalled), want 2", n)
+		}
+	})
+
+	t.Run("mustDelete failure", func(t *testing.T) {
+		c.namespace(t, "m1")
+		c.configMap(t, "m1", "stuck", nil, "example.com/forever")
+		dir := writeConfig(t, "", `[{"version":"v1","resource":"configmaps","name":"stuck","namespace":"m1","mustDelete":true}]`)
+		o := c.options(dir)
+		o.DeletionTimeout = time.Second
+		sum, err := cleanup.Run(t.Context(), o)
+		logSummary(t, sum)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if !sum.MustFailed() {
+			t.Fatal("a must-delete entry stuck on a finalizer did not fail the run")
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.cs.CoreV1().ConfigMaps("m1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// Nothing is deleted, files included, when the config is refused.
+	refusals := []struct {
+		name, files, resources string
+		outsidePath            bool
+	}{
+		{name: "typo key", resources: `[{"version":"v1","resource":"configmaps","nmae":"victim","namespace":"r-typo"}]`},
+		{name: "named namespaced entry without namespace", resources: `[{"version":"v1","resource":"configmaps","name":"victim"}]`},
+		{name: "namespace on cluster-scoped type", resources: `[{"group":"rbac.authorization.k8s.io","version":"v1","resource":"clusterroles","name":"x","namespace":"r-ns"}]`},
+		{name: "out-of-root path", outsidePath: true, resources: `[{"version":"v1","resource":"configmaps","namespace":"r-root"}]`},
+	}
+	for i, r := range refusals {
+		t.Run("refused "+r.name, func(t *testing.T) {
+			ns := fmt.Sprintf("r%d", i)
+			c.namespace(t, ns)
+			c.configMap(t, ns, "victim", nil)
+			c.configMap(t, "default", fmt.Sprintf("victim-%d", i), nil)
+			host := t.TempDir()
+			inside := filepath.Join(host, "inside")
+			if err := os.WriteFile(inside, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			files := []string{inside}
+			if r.outsidePath {
+				outside := filepath.Join(t.TempDir(), "outside")
+				if err := os.WriteFile(outside, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, outside)
+			}
+			resources := strings.ReplaceAll(r.resources, `"namespace":"r-`, `"namespace":"`+ns+`","x-ignore":"`)
+			resources = strings.ReplaceAll(resources, `,"x-ignore":"typo"`, ``)
+			resources = strings.ReplaceAll(resources, `,"x-ignore":"root"`, ``)
+			resources = strings.ReplaceAll(resources, `,"x-ignore":"ns"`, ``)
+			dir := writeConfig(t, fmt.Sprintf("[%q%s]", files[0], tail(files)), resources)
+			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
+			if !errors.Is(err, cleanup.ErrConfig) {
+				t.Fatalf("Run error = %v, want ErrConfig", err)
+			}
+			t.Logf("refused: %v", err)
+			if n := len(sum.Records()); n != 0 {
+				t.Fatalf("%d records after a refusal, want none", n)
+			}
+			if _, err := os.Stat(inside); err != nil {
+				t.Fatalf("file removed despite the refusal: %v", err)
+			}
+			if !c.exists(t, cmGVR, ns, "victim") || !c.exists(t, cmGVR, "default", fmt.Sprintf("victim-%d", i)) {
+				t.Fatal("ConfigMap deleted despite the refusal")
+			}
+		})
+	}
+
+	t.Run("dry run", func(t *testing.T) {
+		c.namespace(t, "d1")
+		c.configMap(t, "d1", "a", map[string]string{"dry": "yes"})
+		c.configMap(t, "d1", "b", map[string]string{"dry": "yes"})
+		host := t.TempDir()
+		f := filepath.Join(host, "f")
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dir := writeConfig(t, fmt.Sprintf("[%q]", f), `[{"version":"v1","resource":"configmaps","namespace":"d1","labelSelector":"dry=yes"},{"version":"v1","resource":"configmaps","name":"a","namespace":"d1"}]`)
+		o := c.options(dir, host)
+		o.DryRun = true
+		sum, err := cleanup.Run(t.Context(), o)
+		logSummary(t, sum)
+		if err != nil || sum.MustFailed() {
+			t.Fatalf("Run: %v, must failed %v", err, sum.MustFailed())
+		}
+		if n := sum.Count("", cleanup.WouldDelete); n != 4 {
+			t.Errorf("%d would-delete records, want 4", n)
+		}
+		if n := sum.Count("", cleanup.Deleted); n != 0 {
+			t.Errorf("%d deleted records in a dry run", n)
+		}
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("dry run removed a file: %v", err)
+		}
+		if !c.exists(t, cmGVR, "d1", "a") || !c.exists(t, cmGVR, "d1", "b") {
+			t.Error("dry run deleted ConfigMaps")
+		}
+	})
+
+	t.Run("poll fallback without list and watch", func(t *testing.T) {
+		c.namespace(t, "p1")
+		c.configMap(t, "p1", "held", nil, "example.com/hold")
+		// The limited user may get and delete, as in spectro-cleanup's
+		// examples, but not list or watch.
+		if _, err := c.cs.RbacV1().Roles("p1").Create(t.Context(), &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "get-delete"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "delete"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.cs.RbacV1().RoleBindings("p1").Create(t.Context(), &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "get-delete"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "get-delete"},
+			Subjects:   []rbacv1.Subject{{Kind: "User", Name: "limited", APIGroup: "rbac.authorization.k8s.io"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := rest.AnonymousClientConfig(c.cp.Config)
+		cfg.BearerToken = limitedToken
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients, err := cleanup.NewClients(c.cp.Config) // discovery as admin
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets, err := cleanup.Resolve(clients.Mapper, []cleanup.ResourceEntry{{Version: "v1", Resource: "configmaps", Name: "held", Namespace: "p1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := time.AfterFunc(time.Second, func() {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			if _, err := c.cs.CoreV1().ConfigMaps("p1").Patch(context.Background(), "held", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("release finalizer: %v", err)
+			}
+		})
+		defer release.Stop()
+		sum := &cleanup.Summary{}
+		start := time.Now()
+		if err := cleanup.DeleteResources(t.Context(), dyn, targets, cleanup.ResourceOptions{Blocking: true, Interval: 500 * time.Millisecond, Timeout: 20 * time.Second}, sum); err != nil {
+			t.Fatal(err)
+		}
+		logSummary(t, sum)
+		if sum.Count(cleanup.PhaseResource, cleanup.Deleted) != 1 {
+			t.Fatal("held ConfigMap not reported deleted")
+		}
+		if el := time.Since(start); el < time.Second {
+			t.Errorf("returned after %s, before the finalizer was released", el)
+		}
+		if c.exists(t, cmGVR, "p1", "held") {
+			t.Error("held ConfigMap still exists")
+		}
+	})
+}
+
+func tail(files []string) string {
+	s := ""
+	for _, f := range files[1:] {
+		s += fmt.Sprintf(",%q", f)
+	}
+	return s
+}
+
+// TestDeleteThousandConfigMaps measures deleting 1,000 ConfigMaps with
+// blocking deletion against spectro-cleanup's way: one at a time, each
+// followed by a GET poll every 2 s (first poll immediate) until it is gone.
+// Both run with the same client, once with the harness's client-side rate
+// limit (200 QPS) and once without. It asserts no timing; it reports ratios.
+func TestDeleteThousandConfigMaps(t *testing.T) {
+	const n = 1000
+	c := startCluster(t)
+	for _, mode := range []struct {
+		name string
+		qps  float32
+	}{{"qps200", 0}, {"unlimited", -1}} {
+		t.Run(mode.name, func(t *testing.T) {
+			cfg := rest.CopyConfig(c.cp.Config)
+			if mode.qps != 0 {
+				cfg.QPS = mode.qps
+			}
+			ours, upstream := "ours-"+mode.name, "upstream-"+mode.name
+			c.namespace(t, ours)
+			c.namespace(t, upstream)
+			c.configMaps(t, ours, "cm", n)
+			c.configMaps(t, upstream, "cm", n)
+
+			clients, err := cleanup.NewClients(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			targets, err := cleanup.Resolve(clients.Mapper, []cleanup.ResourceEntry{{Version: "v1", Resource: "configmaps", Namespace: ours, LabelSelector: "bulk=yes"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := &cleanup.Summary{}
+			start := time.Now()
+			if err := cleanup.DeleteResources(t.Context(), clients.Dynamic, targets, cleanup.ResourceOptions{Blocking: true}, sum); err != nil {
+				t.Fatal(err)
+			}
+			oursTook := time.Since(start)
+			if got := sum.Count(cleanup.PhaseResource, cleanup.Deleted); got != n {
+				t.Fatalf("%d deleted, want %d", got, n)
+			}
+			if left := c.count(t, cmGVR, ours); left != 1 { // kube-root-ca.crt
+				t.Fatalf("%d ConfigMaps left, want only kube-root-ca.crt", left)
+			}
+
+			start = time.Now()
+			bg := metav1.DeletePropagationBackground
+			ri := clients.Dynamic.Resource(cmGVR).Namespace(upstream)
+			for i := range n {
+				name := fmt.Sprintf("cm-%d", i)
+				if err := ri.Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+					t.Fatal(err)
+				}
+				err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+					_, err := ri.Get(ctx, name, metav1.GetOptions{})
+					if apierrors.IsNotFound(err) {
+						return true, nil
+					}
+					return false, err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			seqTook := time.Since(start)
+			t.Logf("deleting %d ConfigMaps (%s client): parallel+watch %s, sequential delete+poll(2s) %s, ratio %.1fx",
+				n, mode.name, oursTook.Round(time.Millisecond), seqTook.Round(time.Millisecond), float64(seqTook)/float64(oursTook))
+		})
+	}
+}
