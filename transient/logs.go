@@ -55,32 +55,38 @@ func (s *logStreamer) run(ctx context.Context) {
 	pods := s.r.Client.CoreV1().Pods(s.job.Namespace)
 	sel := metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(s.job.UID)}
 	started := map[string]bool{}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
+	scan := func() {
 		list, err := pods.List(ctx, sel)
 		if err != nil {
 			s.log.Debug("list job pods for logs", "err", err)
-		} else {
-			for _, p := range list.Items {
-				statuses := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
-				for _, cs := range statuses {
-					if cs.State.Running == nil && cs.State.Terminated == nil {
-						continue
-					}
-					key := p.Name + "/" + cs.Name
-					if started[key] {
-						continue
-					}
-					started[key] = true
-					wg.Go(func() { s.follow(ctx, p.Name, cs.Name) })
+			return
+		}
+		s.log.Debug("looking for containers to stream logs of", "pods", len(list.Items))
+		for _, p := range list.Items {
+			statuses := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+			for _, cs := range statuses {
+				if cs.State.Running == nil && cs.State.Terminated == nil {
+					continue
 				}
+				key := p.Name + "/" + cs.Name
+				if started[key] {
+					continue
+				}
+				started[key] = true
+				wg.Go(func() { s.follow(ctx, p.Name, cs.Name) })
 			}
 		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		scan()
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.finishing:
+			// A container that ran between two looks still has its logs.
+			scan()
 			return // the deferred wg.Wait lets the streams drain
 		case <-tick.C:
 		}
@@ -89,6 +95,7 @@ func (s *logStreamer) run(ctx context.Context) {
 
 func (s *logStreamer) follow(ctx context.Context, pod, container string) {
 	req := s.r.Client.CoreV1().Pods(s.job.Namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true})
+	s.log.Debug("streaming logs", "pod", pod, "container", container)
 	stream, err := req.Stream(ctx)
 	if err != nil {
 		s.log.Warn("stream logs", "pod", pod, "container", container, "err", err)
@@ -103,6 +110,7 @@ func (s *logStreamer) follow(ctx context.Context, pod, container string) {
 			s.r.writeLine(prefix + strings.TrimSuffix(line, "\n"))
 		}
 		if err != nil {
+			s.log.Debug("log stream ended", "pod", pod, "container", container, "err", err)
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 				s.log.Warn("stream logs", "pod", pod, "container", container, "err", err)
 			}

@@ -1,0 +1,659 @@
+package transient_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/transient"
+)
+
+const pluginName = "kubectl-create-transient_configmap"
+
+var (
+	pluginOnce sync.Once
+	pluginDir  string
+	pluginErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pluginDir != "" {
+		os.RemoveAll(pluginDir)
+	}
+	os.Exit(code)
+}
+
+// pluginPATH builds the plugin once per test binary into a directory of its
+// own and returns that directory, to put on kubectl's PATH.
+func pluginPATH(t *testing.T) string {
+	t.Helper()
+	pluginOnce.Do(func() {
+		pluginDir, pluginErr = os.MkdirTemp("", "transient-plugin-")
+		if pluginErr != nil {
+			return
+		}
+		start := time.Now()
+		cmd := exec.Command("go", "build", "-o", filepath.Join(pluginDir, pluginName), "github.com/sweep-k8s/sweep/cmd/"+pluginName)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			pluginErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		t.Logf("built %s in %s", pluginName, time.Since(start).Round(time.Millisecond))
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginDir
+}
+
+// cluster is one control plane shared by parallel subtests, each in a
+// namespace of its own.
+type cluster struct {
+	cp      *controlplane.ControlPlane
+	cs      kubernetes.Interface
+	kubectl string
+	path    string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	kubectl, err := controlplane.Binary("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := pluginPATH(t)
+	cp := controlplane.Start(t, controlplane.WithControllerManager())
+	return &cluster{cp: cp, cs: cp.Clientset(t), kubectl: kubectl, path: path}
+}
+
+// namespace creates a namespace and waits for its default ServiceAccount,
+// without which the Job controller's pod creations fail and back off.
+func (c *cluster) namespace(t *testing.T, name string) string {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no default ServiceAccount in %s: %v", name, err)
+	}
+	return name
+}
+
+// cronJob creates a suspended CronJob (the test starts runs by hand) whose
+// container reads key num of ConfigMap cmName through an optional
+// configMapKeyRef, the shape of the incident's CronJob.
+func (c *cluster) cronJob(t *testing.T, ns, name, cmName string) *batchv1.CronJob {
+	t.Helper()
+	cj := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.CronJobSpec{
+			Schedule: "0 0 1 1 *",
+			Suspend:  new(true),
+			JobTemplate: batchv1.JobTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: batchv1.JobSpec{
+					BackoffLimit: new(int32(0)),
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+						RestartPolicy: corev1.RestartPolicyNever,
+						Containers: []corev1.Container{{
+							Name: "batch", Image: "registry.invalid/batch:1",
+							Env: []corev1.EnvVar{{Name: "NUM", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+								LocalObjectReference: corev1.LocalObjectReference{Name: cmName}, Key: "num", Optional: new(true),
+							}}}},
+						}},
+					}},
+				},
+			},
+		},
+	}
+	cj, err := c.cs.BatchV1().CronJobs(ns).Create(t.Context(), cj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cj
+}
+
+// run is one invocation of kubectl with the plugin on PATH.
+type run struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	code           int
+	elapsed        time.Duration
+}
+
+// start runs `kubectl ARGS...` with only the plugin's directory on PATH, so
+// that nothing but kubectl's own plugin discovery can find it.
+func (c *cluster) start(t *testing.T, kubeconfig string, args ...string) *run {
+	t.Helper()
+	r := &run{done: make(chan struct{})}
+	r.cmd = exec.Command(c.kubectl, args...)
+	r.cmd.Env = []string{"PATH=" + c.path, "KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir()}
+	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
+	begin := time.Now()
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(r.done)
+		err := r.cmd.Wait()
+		r.elapsed = time.Since(begin)
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			r.code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				r.code = 128 + int(ws.Signal())
+			}
+		default:
+			r.code = -1
+		}
+	}()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		<-r.done
+	})
+	return r
+}
+
+// wait returns the exit code, failing the test if the run takes longer than
+// limit.
+func (r *run) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(limit):
+		t.Fatalf("still running after %s\nstdout:\n%s\nstderr:\n%s", limit, &r.stdout, &r.stderr)
+	}
+	t.Logf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), &r.stdout, &r.stderr)
+	return r.code
+}
+
+func (r *run) running() bool {
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// pod waits for the Job's pod, failing early if the run ended first.
+func (c *cluster) pod(t *testing.T, r *run, ns, job string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		if !r.running() {
+			return false, fmt.Errorf("plugin exited with %d before the pod appeared\nstdout:\n%s\nstderr:\n%s", r.code, &r.stdout, &r.stderr)
+		}
+		pods, err := c.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
+		if err != nil || len(pods.Items) == 0 {
+			return false, nil
+		}
+		pod = &pods.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("pod of job %s/%s: %v", ns, job, err)
+	}
+	return pod
+}
+
+// finishPod plays the kubelet: it marks the pod Succeeded or Failed, and the
+// Job controller derives the Job's condition from that.
+func (c *cluster) finishPod(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase) {
+	t.Helper()
+	now := metav1.Now()
+	exit := int32(0)
+	if phase == corev1.PodFailed {
+		exit = 1
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := c.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		p.Status.Phase = phase
+		p.Status.ContainerStatuses = nil
+		for _, ctr := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, StartedAt: now, FinishedAt: now}},
+			})
+		}
+		_, err = c.cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatalf("set pod %s %s: %v", pod.Name, phase, err)
+	}
+}
+
+// checkRunning checks the objects of a run in flight: the Job resumed with
+// the TTL and the run label, the ConfigMap owned by the Job's UID, with the
+// given data.
+func (c *cluster) checkRunning(t *testing.T, ns, jobName, cmName string, ttl int32, data map[string]string) (*batchv1.Job, *corev1.ConfigMap) {
+	t.Helper()
+	ctx := t.Context()
+	job, err := c.cs.BatchV1().Jobs(ns).Get(ctx, jobName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("job: %v", err)
+	}
+	if job.Spec.Suspend == nil || *job.Spec.Suspend {
+		t.Errorf("job still suspended")
+	}
+	if job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != ttl {
+		t.Errorf("ttlSecondsAfterFinished %v, want %d", job.Spec.TTLSecondsAfterFinished, ttl)
+	}
+	if job.Labels[transient.RunLabel] == "" {
+		t.Errorf("job lacks label %s: %v", transient.RunLabel, job.Labels)
+	}
+	cm, err := c.cs.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("configmap: %v", err)
+	}
+	refs := cm.OwnerReferences
+	if len(refs) != 1 || refs[0].UID != job.UID || refs[0].Kind != "Job" || refs[0].APIVersion != "batch/v1" || refs[0].Name != jobName {
+		t.Errorf("configmap owner references %+v, want the job %s", refs, job.UID)
+	}
+	if cm.Labels[transient.RunLabel] != job.Labels[transient.RunLabel] {
+		t.Errorf("configmap run label %q, job's %q", cm.Labels[transient.RunLabel], job.Labels[transient.RunLabel])
+	}
+	for k, v := range data {
+		if cm.Data[k] != v {
+			t.Errorf("configmap data %q = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	return job, cm
+}
+
+// checkClean waits until no Job and no ConfigMap of the test (anything but
+// the namespace's kube-root-ca.crt) remains in ns.
+func (c *cluster) checkClean(t *testing.T, ns string, within time.Duration) {
+	t.Helper()
+	var left []string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		left = left[:0]
+		jobs, err := c.cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, j := range jobs.Items {
+			left = append(left, "job/"+j.Name)
+		}
+		cms, err := c.cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cm := range cms.Items {
+			if cm.Name != "kube-root-ca.crt" {
+				left = append(left, "configmap/"+cm.Name)
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("left in %s after %s: %v (%v)", ns, within, left, err)
+	}
+}
+
+func wantLines(t *testing.T, out string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !regexp.MustCompile(`(?m)^` + l + `$`).MatchString(out) {
+			t.Errorf("output lacks a line matching %q:\n%s", l, out)
+		}
+	}
+}
+
+// TestPlugin runs the plugin through the real kubectl against a real control
+// plane with kube-controller-manager (Job controller, garbage collector, TTL
+// controller). There is no kubelet: the tests finish pods by hand.
+func TestPlugin(t *testing.T) {
+	c := newCluster(t)
+	kc := c.cp.Kubeconfig
+
+	t.Run("success", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "success")
+		c.cronJob(t, ns, "nightly", "cfg")
+		env := filepath.Join(t.TempDir(), "run.env")
+		if err := os.WriteFile(env, []byte("# run settings\nMODE=manual\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=1", "--from-env-file="+env, "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		job, _ := c.checkRunning(t, ns, "manual", "cfg", 600, map[string]string{"num": "1", "MODE": "manual"})
+		if job.Annotations["cronjob.kubernetes.io/instantiate"] != "manual" {
+			t.Errorf("annotations %v", job.Annotations)
+		}
+		if env := pod.Spec.Containers[0].Env; len(env) != 1 || env[0].ValueFrom.ConfigMapKeyRef.Name != "cfg" {
+			t.Errorf("pod env %+v: want the CronJob's reference to cfg", env)
+		}
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		wantLines(t, r.stdout.String(),
+			`job.batch/manual created \(suspended\)`, `configmap/cfg created`, `job.batch/manual resumed`,
+			`job.batch/manual condition met \(Complete\)`, `job.batch/manual deleted`, `configmap/cfg deleted`)
+		// The plugin waited for the ConfigMap to go: nothing is left right away.
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("failure with the dash spelling", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "failure")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient-configmap", "cfg", "--namespace="+ns,
+			"--from-literal=num=2", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		c.finishPod(t, pod, corev1.PodFailed)
+		if code := r.wait(t, 60*time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		wantLines(t, r.stdout.String(), `job.batch/manual condition met \(Failed: BackoffLimitExceeded\)`, `job.batch/manual deleted`, `configmap/cfg deleted`)
+		if !strings.Contains(r.stderr.String(), `error: job "manual": job failed: BackoffLimitExceeded`) {
+			t.Errorf("stderr lacks the failure:\n%s", &r.stderr)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("job running longer than 30s is not cut", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "long")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=3", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		select {
+		case <-r.done:
+			t.Fatalf("plugin exited with %d while the job ran\nstdout:\n%s\nstderr:\n%s", r.code, &r.stdout, &r.stderr)
+		case <-time.After(35 * time.Second):
+		}
+		c.checkRunning(t, ns, "manual", "cfg", 600, map[string]string{"num": "3"})
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		if r.elapsed < 35*time.Second {
+			t.Errorf("finished after %s", r.elapsed)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "timeout")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=4", "--job-name=manual", "--job-from=cronjob/nightly", "--timeout=4s")
+		c.pod(t, r, ns, "manual")
+		if code := r.wait(t, 60*time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if r.elapsed < 4*time.Second {
+			t.Errorf("exited after %s, before the 4s timeout", r.elapsed)
+		}
+		wantLines(t, r.stdout.String(), `job.batch/manual not finished after 4s`, `job.batch/manual deleted`, `configmap/cfg deleted`)
+		if !strings.Contains(r.stderr.String(), "timed out waiting for the job") {
+			t.Errorf("stderr lacks the timeout:\n%s", &r.stderr)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(unix(sig)+" mid-wait", func(t *testing.T) {
+			t.Parallel()
+			ns := c.namespace(t, strings.ToLower(unix(sig)))
+			c.cronJob(t, ns, "nightly", "cfg")
+			r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+				"--from-literal=num=5", "--job-name=manual", "--job-from=cronjob/nightly")
+			c.pod(t, r, ns, "manual")
+			job, _ := c.checkRunning(t, ns, "manual", "cfg", 600, nil)
+			if err := r.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := r.wait(t, 30*time.Second); code != 130 {
+				t.Fatalf("exit %d, want 130", code)
+			}
+			wantLines(t, r.stdout.String(), `job.batch/manual deleted`)
+			// The Job is deleted before the plugin exits (it may linger a
+			// moment for its pod's finalizer, but marked for deletion).
+			got, err := c.cs.BatchV1().Jobs(ns).Get(t.Context(), "manual", metav1.GetOptions{})
+			if err == nil && got.UID == job.UID && got.DeletionTimestamp == nil {
+				t.Errorf("job not deleted when the plugin exited")
+			}
+			c.checkClean(t, ns, 30*time.Second)
+		})
+	}
+
+	t.Run("SIGKILL mid-wait, then the job is deleted", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "sigkill")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=6", "--job-name=manual", "--job-from=cronjob/nightly")
+		c.pod(t, r, ns, "manual")
+		c.checkRunning(t, ns, "manual", "cfg", 600, nil)
+		if err := r.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t, 10*time.Second); code != 128+int(syscall.SIGKILL) {
+			t.Fatalf("exit %d", code)
+		}
+		// Nobody deleted anything: the ConfigMap lives as long as its Job...
+		time.Sleep(2 * time.Second)
+		c.checkRunning(t, ns, "manual", "cfg", 600, nil)
+		// ...and goes with it, by the garbage collector alone.
+		err := c.cs.BatchV1().Jobs(ns).Delete(t.Context(), "manual", metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkClean(t, ns, 30*time.Second)
+	})
+
+	t.Run("SIGKILL mid-wait, then the job finishes and its TTL runs out", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "sigkill-ttl")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=7", "--job-name=manual", "--job-from=cronjob/nightly", "--ttl-after-finished=1s")
+		pod := c.pod(t, r, ns, "manual")
+		c.checkRunning(t, ns, "manual", "cfg", 1, nil)
+		if err := r.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		r.wait(t, 10*time.Second)
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		// The TTL controller deletes the Job, the garbage collector the
+		// ConfigMap: no client involved.
+		c.checkClean(t, ns, 60*time.Second)
+	})
+
+	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "isolate")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=8", "--job-name=manual", "--job-from=cronjob/nightly", "--isolate")
+		pod := c.pod(t, r, ns, "manual")
+		ref := pod.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef
+		if !regexp.MustCompile(`^cfg-[a-z0-9]{5}$`).MatchString(ref.Name) || ref.Key != "num" || ref.Optional == nil || !*ref.Optional {
+			t.Fatalf("pod reads %+v, want an optional reference to key num of cfg-xxxxx", ref)
+		}
+		c.checkRunning(t, ns, "manual", ref.Name, 600, map[string]string{"num": "8"})
+		// What a scheduled run would read does not exist, and the CronJob
+		// itself is unchanged.
+		if _, err := c.cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "cfg", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("configmap cfg: %v, want not found", err)
+		}
+		got, err := c.cs.BatchV1().CronJobs(ns).Get(t.Context(), "nightly", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := got.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef.Name; n != "cfg" || got.Generation != cj.Generation {
+			t.Errorf("cronjob changed: reference %q, generation %d -> %d", n, cj.Generation, got.Generation)
+		}
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		wantLines(t, r.stdout.String(), `configmap/`+ref.Name+` created`, `configmap/`+ref.Name+` deleted`)
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("isolate refuses a template that does not reference the configmap", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "isolate-unreferenced")
+		c.cronJob(t, ns, "nightly", "other")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=9", "--job-name=manual", "--job-from=cronjob/nightly", "--isolate")
+		if code := r.wait(t, 30*time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if !strings.Contains(r.stderr.String(), `does not reference configmap "cfg"`) {
+			t.Errorf("stderr:\n%s", &r.stderr)
+		}
+		c.checkClean(t, ns, time.Second)
+	})
+
+	t.Run("an existing configmap is left alone", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "existing")
+		c.cronJob(t, ns, "nightly", "cfg")
+		theirs, err := c.cs.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"num": "theirs"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=10", "--job-name=manual", "--job-from=cronjob/nightly")
+		if code := r.wait(t, 30*time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		wantLines(t, r.stdout.String(), `job.batch/manual deleted`)
+		got, err := c.cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "cfg", metav1.GetOptions{})
+		if err != nil || got.UID != theirs.UID || got.Data["num"] != "theirs" || len(got.OwnerReferences) != 0 {
+			t.Fatalf("existing configmap touched: %+v, %v", got, err)
+		}
+		if err := c.cs.CoreV1().ConfigMaps(ns).Delete(t.Context(), "cfg", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.checkClean(t, ns, 30*time.Second)
+	})
+
+	t.Run("job from an image with a command and --logs", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "image")
+		dir := t.TempDir()
+		for name, data := range map[string]string{"a.conf": "A", "b.conf": "B"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "files", "-n", ns, "--from-file="+dir,
+			"--job-name=once", "--job-image=registry.invalid/tool:1", "--logs", "--log-level=debug", "--", "sh", "-c", "env")
+		pod := c.pod(t, r, ns, "once")
+		c.checkRunning(t, ns, "once", "files", 600, map[string]string{"a.conf": "A", "b.conf": "B"})
+		ctr := pod.Spec.Containers[0]
+		if ctr.Image != "registry.invalid/tool:1" || strings.Join(ctr.Command, " ") != "sh -c env" ||
+			len(ctr.EnvFrom) != 1 || ctr.EnvFrom[0].ConfigMapRef.Name != "files" {
+			t.Errorf("container %+v", ctr)
+		}
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		// No kubelet serves the logs (the API server answers an empty
+		// stream for a pod on no node): the stream is opened once the
+		// container terminated, and the run ends normally.
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		if !strings.Contains(r.stderr.String(), `msg="streaming logs"`) || !strings.Contains(r.stderr.String(), "container=once") {
+			t.Errorf("stderr lacks the attempt to stream the container's logs:\n%s", &r.stderr)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("--context picks the context, -n overrides its namespace", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "context")
+		c.namespace(t, "context-default")
+		c.cronJob(t, ns, "nightly", "cfg")
+		// The current context points at nothing; only --context reaches the
+		// cluster, and its namespace is not the one the run is in.
+		kcfg, err := clientcmd.LoadFromFile(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kcfg.Clusters["nowhere"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+		kcfg.Contexts["nowhere"] = &clientcmdapi.Context{Cluster: "nowhere", AuthInfo: "sweep", Namespace: ns}
+		kcfg.Contexts["sweep"].Namespace = "context-default"
+		kcfg.CurrentContext = "nowhere"
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := clientcmd.WriteToFile(*kcfg, path); err != nil {
+			t.Fatal(err)
+		}
+
+		// Without -n the context's namespace is used: the CronJob is not there.
+		r := c.start(t, path, "create", "transient_configmap", "cfg", "--context=sweep",
+			"--from-literal=num=11", "--job-name=manual", "--job-from=cronjob/nightly")
+		if code := r.wait(t, 30*time.Second); code != 1 || !strings.Contains(r.stderr.String(), `cronjobs.batch "nightly" not found`) {
+			t.Fatalf("exit %d, want 1 and cronjob not found in the context's namespace", code)
+		}
+
+		r = c.start(t, path, "create", "transient_configmap", "cfg", "--context", "sweep", "-n", ns,
+			"--from-literal=num=11", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		c.checkRunning(t, ns, "manual", "cfg", 600, map[string]string{"num": "11"})
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+		c.checkClean(t, "context-default", time.Second)
+		c.checkClean(t, "default", time.Second)
+	})
+}
+
+func unix(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return fmt.Sprintf("SIG%d", int(sig))
+}
