@@ -137,6 +137,8 @@ func SelfCleanup(ctx context.Context, c *Clients, opts SelfOptions, sum *Summary
 				// object can still go.
 				log.Error("self-cleanup: cannot set ownerReference", "object", object, "err", err)
 				sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
+			case added && opts.DryRun:
+				log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", selfName)
 			case added:
 				log.Info("self-cleanup: ownerReference set", "object", object, "owner", selfName)
 			default:
