@@ -275,12 +275,18 @@ func assertCleanedUp(t *testing.T, cs kubernetes.Interface, j *selfJob) {
 		}
 	}
 	for what, get := range map[string]func() error{
-		"ClusterRole": func() error { _, err := cs.RbacV1().ClusterRoles().Get(ctx, j.clusterRole, metav1.GetOptions{}); return err },
+		"ClusterRole": func() error {
+			_, err := cs.RbacV1().ClusterRoles().Get(ctx, j.clusterRole, metav1.GetOptions{})
+			return err
+		},
 		"ClusterRoleBinding": func() error {
 			_, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, j.clusterRole, metav1.GetOptions{})
 			return err
 		},
-		"Job": func() error { _, err := cs.BatchV1().Jobs(j.ns).Get(ctx, "spectro-cleanup", metav1.GetOptions{}); return err },
+		"Job": func() error {
+			_, err := cs.BatchV1().Jobs(j.ns).Get(ctx, "spectro-cleanup", metav1.GetOptions{})
+			return err
+		},
 		"config ConfigMap": func() error {
 			_, err := cs.CoreV1().ConfigMaps(j.ns).Get(ctx, "spectro-cleanup-config", metav1.GetOptions{})
 			return err
@@ -295,7 +301,10 @@ func assertCleanedUp(t *testing.T, cs kubernetes.Interface, j *selfJob) {
 		_, err := cs.CoreV1().ServiceAccounts(j.ns).Get(ctx, "spectro-cleanup", metav1.GetOptions{})
 		return err
 	})
-	gone("Role", func() error { _, err := cs.RbacV1().Roles(j.ns).Get(ctx, "spectro-cleanup-role", metav1.GetOptions{}); return err })
+	gone("Role", func() error {
+		_, err := cs.RbacV1().Roles(j.ns).Get(ctx, "spectro-cleanup-role", metav1.GetOptions{})
+		return err
+	})
 	gone("RoleBinding", func() error {
 		_, err := cs.RbacV1().RoleBindings(j.ns).Get(ctx, "spectro-cleanup-rolebinding", metav1.GetOptions{})
 		return err
