@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -437,6 +440,156 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			t.Error("held ConfigMap still exists")
 		}
 	})
+}
+
+// TestSelfCleanupPod covers a Pod as the self object ("/v1/pods"), an old
+// style config that lists it as an ordinary entry, missing RBAC objects and
+// an ownerReference that is already there (a retried run).
+func TestSelfCleanupPod(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	c.namespace(t, "s1")
+	c.configMap(t, "s1", "data", nil)
+	c.configMap(t, "s1", "anchor", nil)
+	if _, err := c.cs.CoreV1().ServiceAccounts("s1").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "spectro-cleanup"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := c.cs.CoreV1().Pods("s1").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "cleaner"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "spectro-cleanup",
+			Containers:         []corev1.Container{{Name: "c", Image: "example.invalid/cleanup"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor, err := c.cs.CoreV1().ConfigMaps("s1").Get(ctx, "anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The anchor keeps the ServiceAccount alive after the pod is gone, so
+	// that its ownerReferences can be checked; the pod's is already there.
+	sa, err := c.cs.CoreV1().ServiceAccounts("s1").Get(ctx, "spectro-cleanup", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa.OwnerReferences = []metav1.OwnerReference{
+		{APIVersion: "v1", Kind: "ConfigMap", Name: "anchor", UID: anchor.UID},
+		{APIVersion: "v1", Kind: "Pod", Name: "cleaner", UID: pod.UID},
+	}
+	if _, err := c.cs.CoreV1().ServiceAccounts("s1").Update(ctx, sa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := writeConfig(t, "", `[
+		{"group": "", "version": "v1", "resource": "configmaps", "name": "data", "namespace": "s1"},
+		{"group": "", "version": "v1", "resource": "pods", "name": "cleaner", "namespace": "s1", "mustDelete": true}
+	]`)
+	o := c.options(dir)
+	o.SelfGVR, o.SelfName, o.SelfNamespace = "/v1/pods", "cleaner", "s1"
+	o.ServiceAccount, o.Role, o.RoleBinding = "spectro-cleanup", "spectro-cleanup-role", "spectro-cleanup-rolebinding"
+	// Inspect the ServiceAccount while the run waits for FinalizeCleanup:
+	// once the pod is gone the garbage collector drops its ownerReference.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{})
+	o.EnableFinalizeServer, o.FinalizeListener, o.CleanupTimeout = true, l, time.Minute
+	o.Log = slog.New(&onMessage{Handler: slog.NewTextHandler(tWriter{t}, nil), msg: "waiting for FinalizeCleanup", ch: waiting})
+	type result struct {
+		sum *cleanup.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := cleanup.Run(ctx, o)
+		done <- result{sum, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-done:
+		t.Fatalf("Run returned before waiting for FinalizeCleanup: %v", r.err)
+	}
+	sa, err = c.cs.CoreV1().ServiceAccounts("s1").Get(ctx, "spectro-cleanup", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range sa.OwnerReferences {
+		if r.UID == pod.UID {
+			n++
+		}
+	}
+	if n != 1 || len(sa.OwnerReferences) != 2 {
+		t.Errorf("ownerReferences %v: want the anchor and exactly one for the pod", sa.OwnerReferences)
+	}
+	resp, err := http.Post("http://"+l.Addr().String()+cleanup.FinalizeCleanupProcedure, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r := <-done
+	sum, err := r.sum, r.err
+	logSummary(t, sum)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if sum.MustFailed() {
+		t.Fatal("run failed")
+	}
+	want := map[string]cleanup.Outcome{
+		"configmaps s1/data": cleanup.Deleted,
+		"pods s1/cleaner":    cleanup.Deleted,
+		"roles.rbac.authorization.k8s.io s1/spectro-cleanup-role":               cleanup.Skipped,
+		"rolebindings.rbac.authorization.k8s.io s1/spectro-cleanup-rolebinding": cleanup.Skipped,
+	}
+	kept := false
+	for _, r := range sum.Records() {
+		if r.Phase == cleanup.PhaseResource && r.Object == "pods s1/cleaner" {
+			kept = r.Outcome == cleanup.Skipped
+			continue
+		}
+		if w, ok := want[r.Object]; ok {
+			if r.Outcome != w {
+				t.Errorf("%s: %s, want %s", r.Object, r.Outcome, w)
+			}
+			delete(want, r.Object)
+		}
+	}
+	if !kept {
+		t.Error("the resource phase did not leave the self pod to the self-cleanup")
+	}
+	for o := range want {
+		t.Errorf("no record for %s", o)
+	}
+	if c.exists(t, schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "s1", "cleaner") {
+		t.Error("self pod still exists")
+	}
+}
+
+// onMessage closes ch when a record with message msg is logged.
+type onMessage struct {
+	slog.Handler
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (h *onMessage) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// tWriter sends log lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 func tail(files []string) string {

@@ -134,7 +134,18 @@ type ResourceOptions struct {
 	// DryRun sends server-side dry-run deletes, which check permissions and
 	// admission but change nothing.
 	DryRun bool
-	Log    *slog.Logger
+	// Keep are objects left for the self-cleanup: deleting the cleanup
+	// workload or its RBAC midway would kill the run or its credentials.
+	// Older spectro-cleanup configs list the workload as the last entry.
+	Keep []ObjectRef
+	Log  *slog.Logger
+}
+
+// ObjectRef names one object; Namespace is empty for cluster-scoped ones.
+type ObjectRef struct {
+	Resource  schema.GroupResource
+	Namespace string
+	Name      string
 }
 
 func (o *ResourceOptions) defaults() {
@@ -236,6 +247,10 @@ func (d *deleter) target(ctx context.Context, t Target) {
 		}
 	}
 
+	refs = d.withoutKept(t, refs)
+	if len(refs) == 0 {
+		return
+	}
 	pending := d.deleteAll(ctx, t, refs)
 	if len(pending) == 0 {
 		return
@@ -254,6 +269,28 @@ func (d *deleter) target(ctx context.Context, t Target) {
 			d.record(t, objName(t, ref), Deleted, "deletion requested")
 		}
 	}
+}
+
+func (d *deleter) withoutKept(t Target, refs []objRef) []objRef {
+	if len(d.opts.Keep) == 0 {
+		return refs
+	}
+	out := refs[:0:0]
+	for _, r := range refs {
+		kept := false
+		for _, k := range d.opts.Keep {
+			if k.Resource == t.GVR.GroupResource() && k.Namespace == r.namespace && k.Name == r.name {
+				kept = true
+				break
+			}
+		}
+		if kept {
+			d.record(t, objName(t, r), Skipped, "left to the self-cleanup")
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func (d *deleter) resourceInterface(t Target, namespace string) dynamic.ResourceInterface {

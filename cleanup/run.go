@@ -108,8 +108,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		log.Info("FinalizeCleanup server listening", "addr", l.Addr().String())
 	}
 
-	var clients *Clients
-	var targets []Target
+	var (
+		clients      *Clients
+		targets      []Target
+		selfResource schema.GroupResource
+	)
 	if len(entries) > 0 || opts.SelfName != "" {
 		if opts.RESTConfig == nil {
 			return sum, errors.New("no API server configuration")
@@ -133,13 +136,34 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			if err := checkSelfScope(t, opts.SelfNamespace); err != nil {
 				return sum, err
 			}
+			selfResource = t.GVR.GroupResource()
 		}
 	}
 
 	if err := RemoveFiles(ctx, files, FileOptions{AllowedRoots: opts.AllowedRoots, DryRun: opts.DryRun, Log: log}, sum); err != nil {
 		return sum, err
 	}
+	var keep []ObjectRef
+	if opts.SelfName != "" {
+		keep = []ObjectRef{{Resource: selfResource, Namespace: opts.SelfNamespace, Name: opts.SelfName}}
+		for _, k := range []struct {
+			gvr  schema.GroupVersionResource
+			ns   string
+			name string
+		}{
+			{serviceAccountGVR, opts.SelfNamespace, opts.ServiceAccount},
+			{roleGVR, opts.SelfNamespace, opts.Role},
+			{roleBindingGVR, opts.SelfNamespace, opts.RoleBinding},
+			{clusterRoleGVR, "", opts.ClusterRole},
+			{clusterRoleBindingGVR, "", opts.ClusterRoleBinding},
+		} {
+			if k.name != "" {
+				keep = append(keep, ObjectRef{Resource: k.gvr.GroupResource(), Namespace: k.ns, Name: k.name})
+			}
+		}
+	}
 	if err := DeleteResources(ctx, dynamicOf(clients), targets, ResourceOptions{
+		Keep:        keep,
 		Blocking:    opts.Blocking,
 		Interval:    opts.DeletionInterval,
 		Timeout:     opts.DeletionTimeout,
