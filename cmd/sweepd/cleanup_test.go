@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCleanupFlags runs the cleanup subcommand without any cluster: bad
+// flags and configs exit 2 before anything is touched, and a files-only
+// config needs no API server.
+func TestCleanupFlags(t *testing.T) {
+	host := t.TempDir()
+	victim := filepath.Join(host, "victim")
+	configDir := func(t *testing.T, files string) string {
+		dir := t.TempDir()
+		if files != "" {
+			if err := os.WriteFile(filepath.Join(dir, "file-config.json"), []byte(files), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	tests := []struct {
+		name     string
+		files    string
+		args     []string
+		wantCode int
+		removed  bool
+	}{
+		{name: "unknown flag", args: []string{"--bogus"}, wantCode: exitUsage},
+		{name: "zero interval", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
+		{name: "bad self gvr", args: []string{"--self-name=x", "--self-gvr=jobs"}, wantCode: exitUsage},
+		{name: "self without gvr", args: []string{"--self-name=x"}, wantCode: exitUsage},
+		{name: "cluster role without binding", args: []string{"--cluster-role-name=x"}, wantCode: exitUsage},
+		{name: "bad grpc port", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
+		{name: "out-of-root file", files: fmt.Sprintf("[%q, %q]", victim, "/etc/hostname"), wantCode: exitUsage},
+		{name: "relative root", files: "[]", args: []string{"--allowed-root=host"}, wantCode: exitUsage},
+		{name: "dry run, files only", files: fmt.Sprintf("[%q]", victim), args: []string{"--dry-run"}, wantCode: exitOK},
+		{name: "upstream timeout alias", files: "[]", args: []string{"--cleanup-timeout-seconds=10", "--debug"}, wantCode: exitOK},
+		{name: "files only, no cluster", files: fmt.Sprintf("[%q]", victim), wantCode: exitOK, removed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(victim, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("KUBECONFIG", "")
+			args := append([]string{"cleanup", "--config-dir=" + configDir(t, tt.files), "--allowed-root=" + host}, tt.args...)
+			var stdout, stderr bytes.Buffer
+			code := run(args, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.wantCode, stdout.String(), stderr.String())
+			}
+			_, err := os.Stat(victim)
+			if removed := os.IsNotExist(err); removed != tt.removed {
+				t.Fatalf("victim removed=%v, want %v", removed, tt.removed)
+			}
+			if tt.wantCode == exitOK && !strings.Contains(stdout.String(), "cleanup summary:") {
+				t.Errorf("no summary on stdout:\n%s", stdout.String())
+			}
+		})
+	}
+}
