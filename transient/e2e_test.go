@@ -657,3 +657,30 @@ func unix(sig syscall.Signal) string {
 	}
 	return fmt.Sprintf("SIG%d", int(sig))
 }
+
+// TestPluginSurvivesAPIServerRestart stops the API server while the plugin
+// waits: the wait must resume once it is back, not fail or clean up early.
+// A control plane of its own, since the outage would disturb other tests.
+func TestPluginSurvivesAPIServerRestart(t *testing.T) {
+	c := newCluster(t)
+	ns := c.namespace(t, "restart")
+	c.cronJob(t, ns, "nightly", "cfg")
+	r := c.start(t, c.cp.Kubeconfig, "create", "transient_configmap", "cfg", "-n", ns,
+		"--from-literal=num=1", "--job-name=manual", "--job-from=cronjob/nightly")
+	pod := c.pod(t, r, ns, "manual")
+	c.cp.StopAPIServer()
+	time.Sleep(3 * time.Second)
+	if err := c.cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if !r.running() {
+		t.Fatalf("plugin exited with %d during the outage\nstdout:\n%s\nstderr:\n%s", r.code, &r.stdout, &r.stderr)
+	}
+	c.checkRunning(t, ns, "manual", "cfg", 600, map[string]string{"num": "1"})
+	c.finishPod(t, pod, corev1.PodSucceeded)
+	if code := r.wait(t, 90*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	wantLines(t, r.stdout.String(), `job.batch/manual condition met \(Complete\)`, `configmap/cfg deleted`)
+	c.checkClean(t, ns, 10*time.Second)
+}

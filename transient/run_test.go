@@ -1,0 +1,162 @@
+package transient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// These tests use a fake clientset for what a real control plane cannot be
+// made to do on cue: a signal between two particular requests, a request
+// failing. The end-to-end behaviour is in e2e_test.go.
+
+const testJobUID = "11111111-2222-3333-4444-555555555555"
+
+func newFake(t *testing.T) *fake.Clientset {
+	t.Helper()
+	cs := fake.NewClientset()
+	// The fake assigns no UIDs; the ConfigMap's ownerReference needs one.
+	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*batchv1.Job).UID = testJobUID
+		return false, nil, nil
+	})
+	return cs
+}
+
+func imageOptions() Options {
+	return Options{
+		Namespace: "ns", ConfigMapName: "cm", JobName: "job", Image: "img", TTLAfterFinished: time.Minute,
+		Data: Data{Data: map[string]string{"k": "v"}},
+	}
+}
+
+// verbs lists the requests made, as "verb resource".
+func verbs(cs *fake.Clientset) []string {
+	var out []string
+	for _, a := range cs.Actions() {
+		out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	return out
+}
+
+func checkJobDelete(t *testing.T, a k8stesting.Action) {
+	t.Helper()
+	d, ok := a.(k8stesting.DeleteAction)
+	if !ok || d.GetResource() != (schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}) {
+		t.Fatalf("last request %v, want a job deletion", a)
+	}
+	opts := d.GetDeleteOptions()
+	if opts.PropagationPolicy == nil || *opts.PropagationPolicy != metav1.DeletePropagationBackground {
+		t.Errorf("propagation %v, want Background", opts.PropagationPolicy)
+	}
+	if opts.Preconditions == nil || opts.Preconditions.UID == nil || *opts.Preconditions.UID != testJobUID {
+		t.Errorf("preconditions %v, want the job's UID", opts.Preconditions)
+	}
+}
+
+func TestRunInterruptedBeforeResume(t *testing.T) {
+	cs := newFake(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// The signal arrives while the ConfigMap is being created.
+	cs.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		cancel()
+		return false, nil, nil
+	})
+	var out bytes.Buffer
+	r := &Runner{Client: cs, Out: &out, Log: slog.New(slog.DiscardHandler)}
+	err := r.Run(ctx, imageOptions())
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	// The ConfigMap request completed although the context was cancelled
+	// in flight, the Job was never resumed, and it was deleted.
+	want := []string{"create jobs", "create configmaps", "delete jobs"}
+	if got := verbs(cs); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+	created := cs.Actions()[0].(k8stesting.CreateAction).GetObject().(*batchv1.Job)
+	if created.Spec.Suspend == nil || !*created.Spec.Suspend {
+		t.Error("job not created suspended")
+	}
+	if created.Spec.TTLSecondsAfterFinished == nil || *created.Spec.TTLSecondsAfterFinished != 60 {
+		t.Errorf("ttlSecondsAfterFinished %v, want 60", created.Spec.TTLSecondsAfterFinished)
+	}
+	cm := cs.Actions()[1].(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap)
+	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != testJobUID {
+		t.Errorf("configmap owner references %+v", cm.OwnerReferences)
+	}
+	if cm.Labels[RunLabel] == "" || cm.Labels[RunLabel] != created.Labels[RunLabel] {
+		t.Errorf("run labels: configmap %q, job %q", cm.Labels[RunLabel], created.Labels[RunLabel])
+	}
+	checkJobDelete(t, cs.Actions()[2])
+	if !strings.Contains(out.String(), "job.batch/job deleted") {
+		t.Errorf("output:\n%s", &out)
+	}
+}
+
+func TestRunInterruptedBeforeAnything(t *testing.T) {
+	cs := newFake(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r := &Runner{Client: cs, Out: &bytes.Buffer{}, Log: slog.New(slog.DiscardHandler)}
+	if err := r.Run(ctx, imageOptions()); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	if got := verbs(cs); len(got) != 0 {
+		t.Fatalf("requests %v, want none", got)
+	}
+}
+
+func TestRunConfigMapCreateFails(t *testing.T) {
+	cs := newFake(t)
+	cs.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "cm", errors.New("no"))
+	})
+	r := &Runner{Client: cs, Out: &bytes.Buffer{}, Log: slog.New(slog.DiscardHandler)}
+	err := r.Run(t.Context(), imageOptions())
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "create configmap") {
+		t.Fatalf("err = %v, want the forbidden configmap creation", err)
+	}
+	want := []string{"create jobs", "create configmaps", "delete jobs"}
+	if got := verbs(cs); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+	checkJobDelete(t, cs.Actions()[2])
+}
+
+func TestLogStreamer(t *testing.T) {
+	pod := func(name string, state corev1.ContainerState) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{batchv1.ControllerUidLabel: testJobUID}},
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: state}}},
+		}
+	}
+	cs := fake.NewClientset(
+		pod("done", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}),
+		pod("waiting", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}),
+	)
+	var out bytes.Buffer
+	r := &Runner{Client: cs, Out: &out, Log: slog.New(slog.DiscardHandler)}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "ns", UID: testJobUID}}
+	s := r.startLogs(t.Context(), r.Log, job)
+	s.finish(5 * time.Second)
+	// The fake serves "fake logs" for any container; only the started one is
+	// asked for.
+	if got, want := out.String(), "[pod/done/c] fake logs\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+}
