@@ -17,6 +17,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -29,6 +30,20 @@ import (
 )
 
 const pluginName = "kubectl-create-transient_configmap"
+
+// runnerToken authenticates a user without any rights but those of
+// runnerRules, to show that they are enough.
+const runnerToken = "transient-runner-token"
+
+// runnerRules are the permissions the plugin needs (the README lists them).
+var runnerRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
+	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+	// For --logs only.
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+}
 
 var (
 	pluginOnce sync.Once
@@ -77,14 +92,14 @@ type cluster struct {
 	path    string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T, opts ...controlplane.Option) *cluster {
 	t.Helper()
 	kubectl, err := controlplane.Binary("kubectl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := pluginPATH(t)
-	cp := controlplane.Start(t, controlplane.WithControllerManager())
+	cp := controlplane.Start(t, append([]controlplane.Option{controlplane.WithControllerManager()}, opts...)...)
 	return &cluster{cp: cp, cs: cp.Clientset(t), kubectl: kubectl, path: path}
 }
 
@@ -341,7 +356,7 @@ func wantLines(t *testing.T, out string, lines ...string) {
 // plane with kube-controller-manager (Job controller, garbage collector, TTL
 // controller). There is no kubelet: the tests finish pods by hand.
 func TestPlugin(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t, controlplane.WithToken(controlplane.Token{Token: runnerToken, User: "runner"}))
 	kc := c.cp.Kubeconfig
 
 	t.Run("success", func(t *testing.T) {
@@ -605,6 +620,46 @@ func TestPlugin(t *testing.T) {
 			t.Errorf("stderr lacks the attempt to stream the container's logs:\n%s", &r.stderr)
 		}
 		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("least privilege, --token", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "rbac")
+		c.cronJob(t, ns, "nightly", "cfg")
+		ctx := t.Context()
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "transient-runner"}, Rules: runnerRules}
+		if _, err := c.cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "transient-runner"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "runner"}},
+		}
+		if _, err := c.cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--token="+runnerToken,
+			"--from-literal=num=12", "--job-name=manual", "--job-from=cronjob/nightly", "--logs")
+		pod := c.pod(t, r, ns, "manual")
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		if strings.Contains(r.stderr.String(), "forbidden") {
+			t.Errorf("a request was forbidden:\n%s", &r.stderr)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+
+		// The same user elsewhere is refused before anything is created.
+		other := c.namespace(t, "rbac-other")
+		c.cronJob(t, other, "nightly", "cfg")
+		r = c.start(t, kc, "create", "transient_configmap", "cfg", "-n", other, "--token="+runnerToken,
+			"--from-literal=num=12", "--job-name=manual", "--job-from=cronjob/nightly")
+		if code := r.wait(t, 30*time.Second); code != 1 || !strings.Contains(r.stderr.String(), "forbidden") {
+			t.Fatalf("exit %d, want 1 and forbidden", code)
+		}
+		c.checkClean(t, other, time.Second)
 	})
 
 	t.Run("--context picks the context, -n overrides its namespace", func(t *testing.T) {
