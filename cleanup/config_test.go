@@ -229,3 +229,22 @@ func FuzzParseFileConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadConfigExample keeps the example in testdata/multus valid: the
+// multus uninstall it describes (node files, then the custom resources
+// before their CRD, then the config itself).
+func TestLoadConfigExample(t *testing.T) {
+	files, entries, err := LoadConfig(filepath.Join("testdata", "multus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFilePaths(files, []string{DefaultAllowedRoot}); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 5 || len(entries) != 3 {
+		t.Fatalf("got %d files and %d entries, want 5 and 3", len(files), len(entries))
+	}
+	if !entries[1].MustDelete || entries[0].LabelSelector == "" {
+		t.Fatalf("entries parsed wrong: %+v", entries)
+	}
+}
