@@ -205,6 +205,9 @@ func (r *Runner) Run(ctx context.Context, o Options) error {
 	}
 	r.step("job.batch/%s created (suspended)", job.Name)
 	log = log.With("job_uid", job.UID)
+	if ctx.Err() != nil {
+		return r.interrupted(ctx, log, job)
+	}
 
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -235,7 +238,7 @@ func (r *Runner) Run(ctx context.Context, o Options) error {
 	}
 
 	opCtx, cancel = r.op(ctx)
-	job, err = r.Client.BatchV1().Jobs(o.Namespace).Patch(opCtx, job.Name, types.MergePatchType,
+	_, err = r.Client.BatchV1().Jobs(o.Namespace).Patch(opCtx, job.Name, types.MergePatchType,
 		[]byte(`{"spec":{"suspend":false}}`), metav1.PatchOptions{FieldManager: fieldManager})
 	cancel()
 	if err != nil {

@@ -160,3 +160,42 @@ func TestLogStreamer(t *testing.T) {
 		t.Errorf("output %q, want %q", got, want)
 	}
 }
+
+// TestRunResumeFailsWithoutGC: the resume is refused, and no garbage
+// collector runs (the fake has none), so after GCTimeout the runner deletes
+// the ConfigMap itself, guarded by its UID.
+func TestRunResumeFailsWithoutGC(t *testing.T) {
+	cs := newFake(t)
+	cs.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).UID = "cm-uid"
+		return false, nil, nil
+	})
+	cs.PrependReactor("patch", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("try later")
+	})
+	var out bytes.Buffer
+	r := &Runner{Client: cs, Out: &out, Log: slog.New(slog.DiscardHandler), GCTimeout: 300 * time.Millisecond}
+	err := r.Run(t.Context(), imageOptions())
+	if err == nil || !strings.Contains(err.Error(), "resume job") {
+		t.Fatalf("err = %v, want the failed resume", err)
+	}
+	got := verbs(cs)
+	if got[0] != "create jobs" || got[1] != "create configmaps" || got[2] != "patch jobs" || got[3] != "delete jobs" {
+		t.Fatalf("requests %v", got)
+	}
+	checkJobDelete(t, cs.Actions()[3])
+	last := cs.Actions()[len(got)-1]
+	d, ok := last.(k8stesting.DeleteAction)
+	if !ok || d.GetResource().Resource != "configmaps" || d.GetName() != "cm" {
+		t.Fatalf("last request %v, want the configmap's deletion", last)
+	}
+	if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil || *p.UID != "cm-uid" {
+		t.Errorf("configmap deleted without its UID as precondition: %+v", p)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("ns").Get(t.Context(), "cm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("configmap left: %v", err)
+	}
+	if !strings.Contains(out.String(), "configmap/cm deleted") {
+		t.Errorf("output:\n%s", &out)
+	}
+}
