@@ -2,8 +2,10 @@ package cleanup_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -569,6 +571,35 @@ func TestSelfCleanupPod(t *testing.T) {
 	}
 }
 
+// auditVerbs counts the completed requests on resource in namespace, by
+// verb, in the API server's audit log.
+func auditVerbs(t *testing.T, path, resource, namespace string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	verbs := map[string]int{}
+	dec := json.NewDecoder(f)
+	for {
+		var ev struct {
+			Stage     string
+			Verb      string
+			ObjectRef struct{ Resource, Namespace string }
+		}
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return verbs
+			}
+			t.Fatalf("audit log: %v", err)
+		}
+		if ev.Stage == "ResponseComplete" && ev.ObjectRef.Resource == resource && ev.ObjectRef.Namespace == namespace {
+			verbs[ev.Verb]++
+		}
+	}
+}
+
 // onMessage closes ch when a record with message msg is logged.
 type onMessage struct {
 	slog.Handler
@@ -637,6 +668,13 @@ func TestDeleteThousandConfigMaps(t *testing.T) {
 				t.Fatal(err)
 			}
 			oursTook := time.Since(start)
+			// The audit log shows how: one delete per object, a paginated
+			// list and a watch, no GET polling.
+			verbs := auditVerbs(t, c.cp.AuditLog(), "configmaps", ours)
+			t.Logf("requests on %s ConfigMaps: %v", ours, verbs)
+			if verbs["delete"] != n || verbs["get"] != 0 || verbs["watch"] < 1 || verbs["list"] > 4 {
+				t.Errorf("requests %v: want %d deletes, a few list pages, a watch and no gets", verbs, n)
+			}
 			if got := sum.Count(cleanup.PhaseResource, cleanup.Deleted); got != n {
 				t.Fatalf("%d deleted, want %d", got, n)
 			}
