@@ -28,3 +28,8 @@ test: kube vet
 
 clean:
 	rm -rf $(BIN)
+
+# A newcomer's tour without a cluster: local control plane, a node's multus
+# cache, the daemon pruning it, its metrics.
+demo: kube build
+	$(GO) run ./hack/demo -sweepd $(BIN)/sweepd

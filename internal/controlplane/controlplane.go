@@ -76,47 +76,59 @@ type ControlPlane struct {
 	apiURL               string
 }
 
-// Start runs a fresh control plane in a temporary directory and waits until
-// it is ready. It fails the test when a binary is missing (run `make kube`).
+// Start runs a fresh control plane in a temporary directory of the test,
+// waits until it is ready and stops it in the test's cleanup. It fails the
+// test when a binary is missing (run `make kube`).
 func Start(t testing.TB, opts ...Option) *ControlPlane {
 	t.Helper()
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
+	cp, err := Run(t.TempDir(), opts...)
+	if cp != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				cp.dumpLogs(t)
+			}
+			cp.Stop()
+		})
 	}
-	cp, err := start(t, cfg)
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
 	return cp
 }
 
-func start(t testing.TB, cfg config) (*ControlPlane, error) {
-	dir := t.TempDir()
+// Run starts a control plane with its data in dir (for programs such as the
+// demo; tests use Start). The caller must call Stop, also after an error
+// when the returned control plane is not nil.
+func Run(dir string, opts ...Option) (*ControlPlane, error) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 	cp := &ControlPlane{Dir: dir}
-	t.Cleanup(func() {
-		if t.Failed() {
-			cp.dumpLogs(t)
-		}
-		cp.Stop()
-	})
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return cp, fmt.Errorf("control plane directory: %w", err)
+	}
+	return cp, cp.start(cfg)
+}
 
+func (cp *ControlPlane) start(cfg config) error {
+	dir := cp.Dir
 	bins := map[string]string{}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
 		path, err := Binary(name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		bins[name] = path
 	}
 	ports, err := freePorts(4)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
 
 	if err := writeFiles(dir, cfg.tokens); err != nil {
-		return nil, err
+		return err
 	}
 
 	cp.etcd = &process{
@@ -158,10 +170,10 @@ func start(t testing.TB, cfg config) (*ControlPlane, error) {
 		},
 	}
 	if err := cp.etcd.start(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.StartAPIServer(); err != nil {
-		return nil, err
+		return err
 	}
 
 	cp.Config = &rest.Config{
@@ -173,7 +185,7 @@ func start(t testing.TB, cfg config) (*ControlPlane, error) {
 	}
 	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := WriteKubeconfig(cp.Kubeconfig, cp.Config); err != nil {
-		return nil, err
+		return err
 	}
 
 	if cfg.controllerManager {
@@ -195,13 +207,13 @@ func start(t testing.TB, cfg config) (*ControlPlane, error) {
 			},
 		}
 		if err := cp.kcm.start(); err != nil {
-			return nil, err
+			return err
 		}
 		if err := cp.waitDefaultServiceAccount(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return cp, nil
+	return nil
 }
 
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
@@ -297,6 +309,7 @@ func (cp *ControlPlane) dumpLogs(t testing.TB) {
 		}
 	}
 }
+
 
 // WriteKubeconfig writes a kubeconfig for cfg with a single context "sweep".
 func WriteKubeconfig(path string, cfg *rest.Config) error {
