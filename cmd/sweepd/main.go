@@ -84,10 +84,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "Usage: sweepd %s [flags]\n\n%s.\n\nFlags:\n", args[0], cmd.summary)
 		fs.PrintDefaults()
 	}
+	// Asked-for help goes to stdout (exit 0); usage after a bad flag goes to
+	// stderr (exit 2). The flag package prints either itself.
+	if wantsHelp(args[1:]) {
+		fs.SetOutput(stdout)
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
 			return exitOK
 		}
 		return exitUsage
@@ -106,6 +109,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return runCmd(ctx, &env{log: logger, stdout: stdout, stderr: stderr})
+}
+
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--h", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 func usage(w io.Writer, cmds map[string]command) {

@@ -310,7 +310,6 @@ func (cp *ControlPlane) dumpLogs(t testing.TB) {
 	}
 }
 
-
 // WriteKubeconfig writes a kubeconfig for cfg with a single context "sweep".
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
