@@ -42,7 +42,8 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			e.log.Error("metadata client", "error", err)
 			return exitFail
 		}
-		d, err := daemon.New(dcfg, daemon.WithLogger(e.log), daemon.WithMetadataClient(client))
+		ready := systemdNotifier(ctx, e.log, *addr)
+		d, err := daemon.New(dcfg, daemon.WithLogger(e.log), daemon.WithMetadataClient(client), daemon.WithReadyNotifier(ready))
 		if err != nil {
 			e.log.Error("daemon", "error", err)
 			return exitFail

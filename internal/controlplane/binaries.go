@@ -12,6 +12,7 @@ import (
 const (
 	KubeVersion = "v1.37.2"
 	EtcdVersion = "v3.6.16"
+	HelmVersion = "v3.22.0"
 )
 
 // ToolsDir is where hack/build-tools.sh caches the binaries:
@@ -31,7 +32,7 @@ func ToolsDir() string {
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
-// kube-controller-manager or kubectl. A missing binary is an error that says
+// kube-controller-manager, kubectl or helm. A missing binary is an error that says
 // how to build it; tests fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
@@ -40,6 +41,8 @@ func Binary(name string) (string, error) {
 		dir = "etcd-" + EtcdVersion
 	case "kube-apiserver", "kube-controller-manager", "kubectl":
 		dir = "kube-" + KubeVersion
+	case "helm":
+		dir = "helm-" + HelmVersion
 	default:
 		return "", fmt.Errorf("unknown tool %q", name)
 	}

@@ -114,6 +114,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 	for _, tc := range []struct{ mod, module, want string }{
 		{"tools/kube/go.mod", "k8s.io/kubernetes", controlplane.KubeVersion},
 		{"tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", controlplane.EtcdVersion},
+		{"tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))
 		if err != nil {

@@ -1,0 +1,172 @@
+package test
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// unitForTest returns a copy of systemd/sweepd.service whose ExecStart names
+// the freshly built sweepd, since systemd-analyze verify checks that the
+// command exists and is executable.
+func unitForTest(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../systemd/sweepd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "ExecStart=/usr/local/bin/sweepd daemon") {
+		t.Fatal("sweepd.service: ExecStart does not run /usr/local/bin/sweepd daemon")
+	}
+	bin := testbin.Build(t, "./cmd/sweepd")
+	unit := filepath.Join(t.TempDir(), "sweepd.service")
+	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(data), "/usr/local/bin/sweepd", bin)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return unit
+}
+
+func systemdAnalyze(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze is needed (Debian package systemd; .ci/run installs it): %v", err)
+	}
+	return path
+}
+
+func TestSystemdUnitVerify(t *testing.T) {
+	unit := unitForTest(t)
+	out, err := exec.Command(systemdAnalyze(t), "verify", unit).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestSystemdUnitSecurity keeps the unit's hardening: exposure at most 2.0 on
+// systemd-analyze's scale, where the unhardened units of node_exporter,
+// containerd and node-problem-detector score about 9.
+func TestSystemdUnitSecurity(t *testing.T) {
+	unit := unitForTest(t)
+	out, err := exec.Command(systemdAnalyze(t), "security", "--offline=yes", "--no-pager", unit).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`Overall exposure level for sweepd\.service: (\d+\.\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no overall exposure level in:\n%s", out)
+	}
+	exposure, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("systemd-analyze security exposure: %.1f", exposure)
+	if exposure > 2.0 {
+		t.Fatalf("exposure %.1f > 2.0:\n%s", exposure, out)
+	}
+}
+
+// notifySocket plays systemd's side of sd_notify: a datagram socket whose
+// messages arrive on the returned channel.
+func notifySocket(t *testing.T) (string, <-chan string) {
+	t.Helper()
+	addr := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	msgs := make(chan string, 1000)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	return addr, msgs
+}
+
+// TestDaemonSystemdNotify runs sweepd daemon as systemd would run
+// sweepd.service (NOTIFY_SOCKET, WATCHDOG_USEC): READY=1 only after the first
+// sync of the node's pods, which waits for the API server; WATCHDOG=1 at half
+// the watchdog interval meanwhile, since the daemon is healthy while it waits.
+func TestDaemonSystemdNotify(t *testing.T) {
+	cp := controlplane.Start(t)
+	addr, msgs := notifySocket(t)
+	const watchdog = 400 * time.Millisecond
+	t.Setenv("NOTIFY_SOCKET", addr)
+	t.Setenv("WATCHDOG_USEC", strconv.Itoa(int(watchdog/time.Microsecond)))
+
+	cp.StopAPIServer()
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+t.TempDir(), "--sync-timeout=2s")
+	// Only the daemon may talk to the socket: the restarted kube-apiserver
+	// inherits the environment and would send its own READY=1 (systemd's
+	// NotifyAccess=main drops such messages).
+	os.Unsetenv("NOTIFY_SOCKET")
+	os.Unsetenv("WATCHDOG_USEC")
+	var pings []time.Time
+	deadline := time.After(5 * time.Second)
+waiting:
+	for {
+		select {
+		case m := <-msgs:
+			if m != "WATCHDOG=1" {
+				t.Fatalf("before the API server is up: got %q, want only WATCHDOG=1", m)
+			}
+			pings = append(pings, time.Now())
+		case <-deadline:
+			break waiting
+		}
+	}
+	// 5 s at one ping per 200 ms, less the start-up.
+	if len(pings) < 10 {
+		t.Fatalf("%d watchdog pings in 5 s, want about 25", len(pings))
+	}
+	gaps := make([]time.Duration, 0, len(pings))
+	for i := 1; i < len(pings); i++ {
+		gaps = append(gaps, pings[i].Sub(pings[i-1]))
+	}
+	t.Logf("%d watchdog pings in 5 s; gaps %v", len(pings), gaps)
+	for _, g := range gaps {
+		if g > watchdog {
+			t.Errorf("gap of %v between pings exceeds the watchdog interval %v", g, watchdog)
+		}
+	}
+
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-msgs:
+			if m == "WATCHDOG=1" {
+				continue
+			}
+			if m != "READY=1" {
+				t.Fatalf("got %q, want READY=1", m)
+			}
+			if code, _ := d.get("/readyz"); code != http.StatusOK {
+				t.Fatalf("READY=1 sent while /readyz = %d", code)
+			}
+			return
+		case <-timeout:
+			t.Fatal("no READY=1 within 30 s of the API server's start")
+		}
+	}
+}
