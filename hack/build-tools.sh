@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, helm, CNI plugins) from the Go module proxy,
+# kube-controller-manager, kubectl, atomicwriter, helm, CNI plugins) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
@@ -39,6 +39,9 @@ kube() {
 	for c in kube-apiserver kube-controller-manager kubectl; do
 		build "$tools/kube" "k8s.io/kubernetes/cmd/$c" "$cache/kube-$v"
 	done
+	# The kubelet's AtomicWriter as a command, for tests of code that watches a
+	# mounted ConfigMap.
+	build "$tools/kube" ./atomicwriter "$cache/kube-$v"
 }
 
 etcd() {

@@ -39,7 +39,7 @@ func Binary(name string) (string, error) {
 	switch name {
 	case "etcd":
 		dir = "etcd-" + EtcdVersion
-	case "kube-apiserver", "kube-controller-manager", "kubectl":
+	case "kube-apiserver", "kube-controller-manager", "kubectl", "atomicwriter":
 		dir = "kube-" + KubeVersion
 	case "helm":
 		dir = "helm-" + HelmVersion
