@@ -324,7 +324,10 @@ func (r *Runner) waitJob(ctx context.Context, job *batchv1.Job) (*batchv1.Job, e
 		},
 	}
 	var final *batchv1.Job
-	_, err := watchtools.UntilWithSync(ctx, lw, &batchv1.Job{}, nil, func(ev watch.Event) (bool, error) {
+	// The wrapper passes on whether the client can stream lists (fake
+	// clientsets cannot), as generated informers do.
+	lwc := cache.ToListWatcherWithWatchListSemantics(lw, r.Client)
+	_, err := watchtools.UntilWithSync(ctx, lwc, &batchv1.Job{}, nil, func(ev watch.Event) (bool, error) {
 		switch ev.Type {
 		case watch.Deleted:
 			return false, errors.New("job was deleted before it finished")

@@ -199,3 +199,72 @@ func TestRunResumeFailsWithoutGC(t *testing.T) {
 		t.Errorf("output:\n%s", &out)
 	}
 }
+
+// TestRunOutcomes drives whole runs against the fake, for the race detector's
+// sake: the watch, the log streams and the step output run concurrently. A
+// goroutine plays the Job controller once the Job is resumed.
+func TestRunOutcomes(t *testing.T) {
+	tests := []struct {
+		name      string
+		condition batchv1.JobConditionType // "" leaves the Job running
+		timeout   time.Duration
+		wantErr   error
+		wantLine  string
+	}{
+		{name: "complete", condition: batchv1.JobComplete, wantLine: "job.batch/job condition met (Complete)"},
+		{name: "failed", condition: batchv1.JobFailed, wantErr: ErrJobFailed, wantLine: "job.batch/job condition met (Failed: BackoffLimitExceeded)"},
+		{name: "timeout", timeout: 500 * time.Millisecond, wantErr: ErrTimeout, wantLine: "job.batch/job not finished after 500ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := newFake(t)
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "job-abcde", Namespace: "ns", Labels: map[string]string{batchv1.ControllerUidLabel: testJobUID}},
+				Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "job", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+			}
+			if _, err := cs.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if tt.condition == "" {
+					return
+				}
+				jobs := cs.BatchV1().Jobs("ns")
+				for t.Context().Err() == nil {
+					job, err := jobs.Get(t.Context(), "job", metav1.GetOptions{})
+					if err == nil && job.Spec.Suspend != nil && !*job.Spec.Suspend {
+						job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{
+							Type: tt.condition, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded",
+						})
+						if _, err := jobs.UpdateStatus(t.Context(), job, metav1.UpdateOptions{}); err == nil {
+							return
+						}
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+			var out bytes.Buffer
+			r := &Runner{Client: cs, Out: &out, Log: slog.New(slog.DiscardHandler), GCTimeout: 200 * time.Millisecond}
+			o := imageOptions()
+			o.Logs = true
+			o.Timeout = tt.timeout
+			err := r.Run(t.Context(), o)
+			<-done
+			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			for _, line := range []string{tt.wantLine, "[pod/job-abcde/job] fake logs", "job.batch/job deleted", "configmap/cm deleted"} {
+				if !strings.Contains(out.String(), line+"\n") {
+					t.Errorf("output lacks %q:\n%s", line, &out)
+				}
+			}
+			jobs, _ := cs.BatchV1().Jobs("ns").List(t.Context(), metav1.ListOptions{})
+			cms, _ := cs.CoreV1().ConfigMaps("ns").List(t.Context(), metav1.ListOptions{})
+			if len(jobs.Items)+len(cms.Items) != 0 {
+				t.Errorf("left: %d jobs, %d configmaps", len(jobs.Items), len(cms.Items))
+			}
+		})
+	}
+}
