@@ -10,18 +10,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 )
 
 // Defaults of ResourceOptions, spectro-cleanup's where it has one.
@@ -38,25 +34,22 @@ const (
 // Clients are the API clients the cleanup needs.
 type Clients struct {
 	Dynamic dynamic.Interface
-	Mapper  meta.RESTMapper
+	Mapper  Mapper
 }
 
-// NewClients builds Clients from cfg; the RESTMapper reads discovery lazily
-// and refreshes it when a type is not found, so CRDs created a moment ago
+// NewClients builds Clients from cfg; the Mapper reads discovery lazily and
+// looks again when a type is not found, so CRDs created a moment ago
 // resolve.
 func NewClients(cfg *rest.Config) (*Clients, error) {
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	mapper, err := newDiscoveryMapper(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("discovery client: %w", err)
+		return nil, err
 	}
-	return &Clients{
-		Dynamic: dc,
-		Mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-	}, nil
+	return &Clients{Dynamic: dc, Mapper: mapper}, nil
 }
 
 // Target is a ResourceEntry resolved through discovery.
@@ -75,7 +68,7 @@ type Target struct {
 // against the type's scope: a named namespaced entry needs a namespace (an
 // empty one would otherwise 404 and pass for success), a cluster-scoped one
 // must not have one. Scope errors wrap ErrConfig; discovery failures do not.
-func Resolve(mapper meta.RESTMapper, entries []ResourceEntry) ([]Target, error) {
+func Resolve(mapper Mapper, entries []ResourceEntry) ([]Target, error) {
 	targets := make([]Target, 0, len(entries))
 	for i, e := range entries {
 		t, err := resolveGVR(mapper, schema.GroupVersionResource{Group: e.Group, Version: e.Version, Resource: e.Resource})
@@ -96,27 +89,8 @@ func Resolve(mapper meta.RESTMapper, entries []ResourceEntry) ([]Target, error) 
 	return targets, nil
 }
 
-func resolveGVR(mapper meta.RESTMapper, gvr schema.GroupVersionResource) (Target, error) {
-	gvk, err := mapper.KindFor(gvr)
-	if meta.IsNoMatchError(err) {
-		return Target{GVR: gvr}, nil
-	}
-	if err != nil {
-		return Target{}, fmt.Errorf("discovery: %w", err)
-	}
-	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		return Target{GVR: gvr}, nil
-	}
-	if err != nil {
-		return Target{}, fmt.Errorf("discovery: %w", err)
-	}
-	return Target{
-		Served:     true,
-		GVR:        m.Resource,
-		Kind:       gvk.Kind,
-		Namespaced: m.Scope.Name() == meta.RESTScopeNameNamespace,
-	}, nil
+func resolveGVR(mapper Mapper, gvr schema.GroupVersionResource) (Target, error) {
+	return mapper.Lookup(gvr)
 }
 
 // ResourceOptions configures DeleteResources.

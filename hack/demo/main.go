@@ -232,6 +232,17 @@ func footprint(ctx context.Context, pid int, base string, d time.Duration) error
 	}
 	fmt.Printf("RSS now %.1f MiB, peak while watched %.1f MiB (VmHWM %.1f MiB); CPU %.3f s over %s (includes the runs scheduled every 5s)\n",
 		float64(vmRSS(pid))/1024, float64(maxRSS)/1024, float64(procStatus(pid, "VmHWM"))/1024, end-start, d)
+	body, err := get(base + "/metrics")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		for _, m := range []string{"go_memstats_heap_inuse_bytes ", "go_memstats_sys_bytes ", "go_memstats_stack_inuse_bytes ", "go_goroutines "} {
+			if strings.HasPrefix(line, m) {
+				fmt.Println("  " + line)
+			}
+		}
+	}
 	return nil
 }
 
