@@ -1,0 +1,474 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+)
+
+const (
+	chartDir       = "../charts/sweep"
+	chartAllValues = "../charts/sweep/ci/all-values.yaml"
+	chartRelease   = "rel"
+	chartNamespace = "sweep-system"
+)
+
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := controlplane.Binary(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runTool runs a command and returns its stdout; it fails the test, with
+// stderr, when the command fails.
+func runTool(t *testing.T, stdin io.Reader, name string, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// renderChart runs helm template with extra helm flags (--values,
+// --set). The Kubernetes version is explicit: helm built from the module
+// proxy lacks the one its release builds set, and would assume 1.20, below
+// the chart's kubeVersion.
+func renderChart(t *testing.T, flags ...string) string {
+	t.Helper()
+	args := append([]string{"template", chartRelease, chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}, flags...)
+	return runTool(t, nil, tool(t, "helm"), args...)
+}
+
+func decodeObjects(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decode the rendered chart: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+func findObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s in the rendered chart", kind, name)
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var ks []string
+	for _, o := range objs {
+		ks = append(ks, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func TestChartLint(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, values := range [][]string{nil, {chartAllValues}} {
+		args := []string{"lint", "--strict", chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}
+		for _, f := range values {
+			args = append(args, "--values", f)
+		}
+		out := runTool(t, nil, helm, args...)
+		if strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
+			t.Errorf("helm %s:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}
+
+// TestChartSchemaRejects checks that values.schema.json catches mistakes
+// before anything reaches the cluster.
+func TestChartSchemaRejects(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, set := range []string{
+		"daemon.shedule=@hourly",               // typo: additionalProperties false
+		"daemon.minAge=15",                     // not a duration
+		"daemon.logLevel=verbose",              // not a level
+		"uninstall.files[0]=/etc/cni/net.d/x",  // not under /host
+		"uninstall.resources[0].resource=pods", // no version
+		"metrics.port=0",
+	} {
+		cmd := exec.Command(helm, "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", set)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("--set %s: rendered, want a schema error", set)
+		} else if !strings.Contains(string(out), "schema") {
+			t.Errorf("--set %s: %v, want a schema error:\n%s", set, err, out)
+		}
+	}
+}
+
+// TestChartRender checks what the rendered objects promise: where the daemon
+// runs, with which rights, and the contract with sweepd uninstall.
+func TestChartRender(t *testing.T) {
+	t.Run("defaults", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t))
+		want := []string{
+			"ClusterRole/rel-sweep", "ClusterRoleBinding/rel-sweep", "DaemonSet/rel-sweep",
+			"Service/rel-sweep-metrics", "ServiceAccount/rel-sweep",
+		}
+		if got := kinds(objs); !slices.Equal(got, want) {
+			t.Errorf("objects = %v, want %v", got, want)
+		}
+		for _, o := range objs {
+			labels := o.GetLabels()
+			for _, k := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"} {
+				if labels[k] == "" {
+					t.Errorf("%s/%s: no label %s", o.GetKind(), o.GetName(), k)
+				}
+			}
+		}
+		// Reading pods is the daemon's only right without uninstall.
+		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+		if len(rules) != 1 || fmt.Sprint(rules[0]) != fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}}) {
+			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods only", rules)
+		}
+
+		ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+		pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+		var spec corev1.PodSpec
+		if err := runtimeConvert(pod, &spec); err != nil {
+			t.Fatal(err)
+		}
+		c := spec.Containers[0]
+		sc := c.SecurityContext
+		psc := spec.SecurityContext
+		switch {
+		case psc.RunAsUser == nil || *psc.RunAsUser != 0:
+			t.Error("daemon does not run as root; the cache files are root-owned 0600")
+		case sc.Privileged == nil || *sc.Privileged:
+			t.Error("daemon is privileged")
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Error("allowPrivilegeEscalation is not false")
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Error("root file system is writable")
+		case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+			t.Errorf("capabilities = %+v, want all dropped", sc.Capabilities)
+		case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Error("seccomp is not RuntimeDefault")
+		}
+		if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+			return tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == ""
+		}) {
+			t.Errorf("tolerations = %v, want one that tolerates every taint", spec.Tolerations)
+		}
+		if r := c.Resources; r.Requests.Cpu().String() != "10m" || r.Requests.Memory().String() != "25Mi" || r.Limits.Memory().String() != "50Mi" || !r.Limits.Cpu().IsZero() {
+			t.Errorf("resources = %v", r)
+		}
+		var hostPath bool
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil && v.HostPath.Path == "/var/lib/cni/multus" {
+				hostPath = slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == v.Name && m.MountPath == "/var/lib/cni/multus" && !m.ReadOnly
+				})
+			}
+		}
+		if !hostPath {
+			t.Error("no read-write hostPath /var/lib/cni/multus at the same path")
+		}
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+		}) {
+			t.Error("NODE_NAME is not spec.nodeName from the downward API")
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cleanup-config-dir") }) {
+			t.Error("uninstall flags without uninstall.enabled")
+		}
+	})
+
+	t.Run("all options", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t, "--values", chartAllValues))
+		const name = "sweep-all"
+		ds := findObject(t, objs, "DaemonSet", name)
+		containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+		var c corev1.Container
+		if err := runtimeConvert(containers[0].(map[string]any), &c); err != nil {
+			t.Fatal(err)
+		}
+		// The contract with sweepd uninstall (issue 6).
+		for _, want := range []string{
+			"--cleanup-config-dir=/etc/sweep/cleanup", "--state-dir=/var/lib/sweep", "--self-gvr=apps/v1/daemonsets",
+			"--self-name=" + name, "--self-namespace=" + chartNamespace, "--sa-name=" + name,
+			"--cluster-role-name=" + name, "--cluster-role-binding-name=" + name,
+			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-timeout=120",
+		} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("daemon args %v lack %s", c.Args, want)
+			}
+		}
+		for _, env := range []string{"NODE_NAME", "POD_NAME", "POD_NAMESPACE"} {
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env && e.ValueFrom != nil }) {
+				t.Errorf("no %s from the downward API", env)
+			}
+		}
+		job := findObject(t, objs, "Job", name+"-uninstall")
+		if job.GetAnnotations()["helm.sh/hook"] != "pre-delete" {
+			t.Errorf("uninstall Job hook = %q", job.GetAnnotations()["helm.sh/hook"])
+		}
+		jobArgs := fmt.Sprint(job.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["args"])
+		for _, want := range []string{"uninstall", "--namespace=" + chartNamespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m"} {
+			if !strings.Contains(jobArgs, want) {
+				t.Errorf("uninstall Job args %s lack %s", jobArgs, want)
+			}
+		}
+		cm := findObject(t, objs, "ConfigMap", name+"-uninstall")
+		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		if !strings.Contains(data["file-config.json"], "/host/opt/cni/bin/multus") || !strings.Contains(data["resource-config.json"], "network-attachment-definitions.k8s.cni.cncf.io") {
+			t.Errorf("uninstall ConfigMap data = %v", data)
+		}
+		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall"} {
+			if !slices.Contains(kinds(objs), o) {
+				t.Errorf("no %s in %v", o, kinds(objs))
+			}
+		}
+	})
+}
+
+// TestChartApply applies both renders to a real API server with
+// kubectl apply --dry-run=server (defaults and every option), then installs
+// the all-options render for real and asks the API server what the daemon's
+// ServiceAccount may do.
+func TestChartApply(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	kubectl := tool(t, "kubectl")
+	k := func(stdin io.Reader, args ...string) string {
+		return runTool(t, stdin, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k(nil, "apply", "-f", "testdata/prometheus-operator-crds.yaml")
+	k(nil, "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+
+	for _, c := range []struct {
+		name   string
+		values []string
+	}{{"defaults", nil}, {"all options", []string{"--values", chartAllValues}}} {
+		t.Run(c.name, func(t *testing.T) {
+			manifest := renderChart(t, c.values...)
+			objs := decodeObjects(t, manifest)
+			out := k(strings.NewReader(manifest), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
+			t.Logf("kubectl apply --dry-run=server:\n%s", out)
+			if n := strings.Count(out, "created (server dry run)"); n != len(objs) {
+				t.Errorf("%d objects created (server dry run), want %d", n, len(objs))
+			}
+			for _, o := range objs {
+				line := `(?m)^` + strings.ToLower(o.GetKind()) + `(\.[a-z0-9.-]+)?/` + regexp.QuoteMeta(o.GetName()) + ` created \(server dry run\)$`
+				if !regexp.MustCompile(line).MatchString(out) {
+					t.Errorf("%s/%s not applied", o.GetKind(), o.GetName())
+				}
+			}
+		})
+	}
+
+	// Install the all-options render for real (hooks included, as if the
+	// uninstall were running) and check the daemon's rights, least privilege.
+	manifest := renderChart(t, "--values", chartAllValues)
+	k(strings.NewReader(manifest), "apply", "--validate=strict", "-f", "-")
+	daemonSA := "system:serviceaccount:" + chartNamespace + ":sweep-all"
+	hookSA := "system:serviceaccount:" + chartNamespace + ":sweep-all-uninstall"
+	for _, c := range []struct {
+		as, verb, resource, ns string
+		want                   bool
+	}{
+		{daemonSA, "list", "pods", "", true},
+		{daemonSA, "watch", "pods", "", true},
+		{daemonSA, "delete", "pods", chartNamespace, false},
+		{daemonSA, "list", "secrets", chartNamespace, false},
+		{daemonSA, "delete", "daemonsets.apps/sweep-all", chartNamespace, true},
+		{daemonSA, "delete", "daemonsets.apps/other", chartNamespace, false},
+		{daemonSA, "delete", "daemonsets.apps/sweep-all", "default", false},
+		{daemonSA, "create", "leases.coordination.k8s.io", chartNamespace, true},
+		{daemonSA, "create", "leases.coordination.k8s.io", "kube-system", false},
+		{daemonSA, "watch", "configmaps", chartNamespace, true},
+		{daemonSA, "update", "configmaps", chartNamespace, false},
+		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
+		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
+		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io", "", true},
+		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com", "", false},
+		{daemonSA, "delete", "network-attachment-definitions.k8s.cni.cncf.io", "team-a", true},
+		{daemonSA, "delete", "configmaps/multus-cleanup-config", "kube-system", true},
+		{daemonSA, "delete", "configmaps/kubeadm-config", "kube-system", false},
+		{hookSA, "create", "configmaps", chartNamespace, true},
+		{hookSA, "update", "configmaps/sweep-all-cleanup", chartNamespace, true},
+		{hookSA, "update", "configmaps/other", chartNamespace, false},
+		{hookSA, "watch", "leases.coordination.k8s.io", chartNamespace, true},
+		{hookSA, "delete", "daemonsets.apps/sweep-all", chartNamespace, false},
+	} {
+		// resource is plural[.group][/name], as kubectl auth can-i takes it.
+		res, name, _ := strings.Cut(c.resource, "/")
+		res, group, _ := strings.Cut(res, ".")
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   c.as,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: c.ns, Verb: c.verb, Group: group, Resource: res, Name: name,
+			},
+		}}
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != c.want {
+			t.Errorf("%s can %s %s in %q: %v, want %v", c.as, c.verb, c.resource, c.ns, got.Status.Allowed, c.want)
+		}
+	}
+
+	// The DaemonSet's pods would be admitted: the API server accepts the
+	// template as a pod (hostPath, root, no capabilities).
+	ds, err := cs.AppsV1().DaemonSets(chartNamespace).Get(t.Context(), "sweep-all", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sweep-all-probe", Namespace: chartNamespace}, Spec: ds.Spec.Template.Spec}
+	pod.Spec.NodeName = "node-a"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = cs.CoreV1().Pods(chartNamespace).Create(t.Context(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		// The ServiceAccount admission may lag behind the apply.
+		if err == nil || !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("a pod from the DaemonSet's template is rejected: %v", err)
+	}
+}
+
+// TestChartPrometheusRules checks the rendered alerts with promtool: the
+// rules parse, and each alert fires on the series it is about (node a) and
+// stays quiet on a healthy daemon (node b).
+func TestChartPrometheusRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
+	}
+	objs := decodeObjects(t, renderChart(t, "--set", "metrics.prometheusRule.enabled=true"))
+	spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
+	dir := t.TempDir()
+	rules, err := json.Marshal(spec) // {"groups": [...]}: a Prometheus rule file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.json"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
+
+	const runbook = "https://github.com/sweep-k8s/sweep#troubleshooting"
+	tests := `rule_files: [rules.json]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # Node a: 5 % of inodes free, a failure every minute, never a success
+      # since its start at time 0.
+      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.1:9742",node="a"}'
+        values: '50x300'
+      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.1:9742",node="a"}'
+        values: '1000x300'
+      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.1:9742",node="a"}'
+        values: '0+1x300'
+      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
+        values: '0x300'
+      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
+        values: '0x300'
+      - series: 'sweep_build_info{job="sweep",instance="10.0.0.1:9742",node="a",version="v1"}'
+        values: '1x300'
+      # Node b: healthy, a success every minute.
+      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.2:9742",node="b"}'
+        values: '900x300'
+      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.2:9742",node="b"}'
+        values: '1000x300'
+      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.2:9742",node="b"}'
+        values: '3x300'
+      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
+        values: '0+60x300'
+      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
+        values: '0x300'
+      - series: 'sweep_build_info{job="sweep",instance="10.0.0.2:9742",node="b",version="v1"}'
+        values: '1x300'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: SweepMultusInodesLow
+        exp_alerts: []
+      - eval_time: 4h
+        alertname: SweepMultusInodesLow
+        exp_alerts:
+          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
+            exp_annotations:
+              summary: Few free inodes on the filesystem of the multus cache.
+              description: "node a: 5% of the inodes of the filesystem holding the multus cache are free."
+              runbook_url: ` + runbook + `
+      - eval_time: 4h
+        alertname: SweepPruneFailing
+        exp_alerts:
+          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
+            exp_annotations:
+              summary: sweep's prune of the multus cache is failing.
+              description: 'node a: prune runs failed in the last hour; see the daemon''s log (level ERROR, "prune stopped").'
+              runbook_url: ` + runbook + `
+      - eval_time: 2h
+        alertname: SweepPruneStale
+        exp_alerts: []
+      - eval_time: 4h
+        alertname: SweepPruneStale
+        exp_alerts:
+          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
+            exp_annotations:
+              summary: No successful prune of the multus cache for too long.
+              description: "node a: the last successful prune was 4h 0m 0s ago."
+              runbook_url: ` + runbook + `
+`
+	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte(tests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, nil, promtool, "test", "rules", filepath.Join(dir, "tests.yaml"))
+}
+
+func runtimeConvert(in map[string]any, out any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(in, out)
+}
