@@ -3,6 +3,7 @@ package transient_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -343,6 +344,42 @@ func (c *cluster) checkClean(t *testing.T, ns string, within time.Duration) {
 	}
 }
 
+// pluginWrites reads the audit log for the plugin's requests that change
+// something in ns, in order, as "verb resource".
+func (c *cluster) pluginWrites(t *testing.T, ns string) []string {
+	t.Helper()
+	data, err := os.ReadFile(c.cp.AuditLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []string
+	all := 0
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var ev struct {
+			Verb      string `json:"verb"`
+			Stage     string `json:"stage"`
+			UserAgent string `json:"userAgent"`
+			ObjectRef struct {
+				Resource  string `json:"resource"`
+				Namespace string `json:"namespace"`
+			} `json:"objectRef"`
+		}
+		if len(line) == 0 || json.Unmarshal(line, &ev) != nil {
+			continue
+		}
+		if ev.Stage != "ResponseComplete" || ev.ObjectRef.Namespace != ns || !strings.HasPrefix(ev.UserAgent, pluginName+"/") {
+			continue
+		}
+		all++
+		switch ev.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			writes = append(writes, ev.Verb+" "+ev.ObjectRef.Resource)
+		}
+	}
+	t.Logf("the plugin made %d requests in %s, %d of them writes", all, ns, len(writes))
+	return writes
+}
+
 func wantLines(t *testing.T, out string, lines ...string) {
 	t.Helper()
 	for _, l := range lines {
@@ -386,6 +423,14 @@ func TestPlugin(t *testing.T) {
 			`job.batch/manual condition met \(Complete\)`, `job.batch/manual deleted`, `configmap/cfg deleted`)
 		// The plugin waited for the ConfigMap to go: nothing is left right away.
 		c.checkClean(t, ns, 10*time.Second)
+
+		// The API server saw the crash-safe order, and no deletion of the
+		// ConfigMap by the plugin: the garbage collector did it.
+		writes := c.pluginWrites(t, ns)
+		want := []string{"create jobs", "create configmaps", "patch jobs", "delete jobs"}
+		if strings.Join(writes, ", ") != strings.Join(want, ", ") {
+			t.Errorf("plugin's writes in order: %v, want %v", writes, want)
+		}
 	})
 
 	t.Run("failure with the dash spelling", func(t *testing.T) {
