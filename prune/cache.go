@@ -163,25 +163,50 @@ func (s *scanner) consume(c byte) bool {
 	return false
 }
 
-// rawString reads a string and returns its raw bytes between the quotes.
+// rawString reads a string and returns its raw bytes between the quotes. It
+// jumps from quote to quote with bytes.IndexByte, since the long base64
+// config is most of a cache file.
 func (s *scanner) rawString() ([]byte, bool) {
 	s.skipSpace()
 	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
 		return nil, false
 	}
 	start := s.pos + 1
-	for i := start; i < len(s.data); i++ {
-		switch c := s.data[i]; {
-		case c == '"':
-			s.pos = i + 1
-			return s.data[start:i], true
-		case c == '\\':
-			i++ // the escaped byte can't end the string
-		case c < 0x20:
+	for i := start; ; {
+		q := bytes.IndexByte(s.data[i:], '"')
+		if q < 0 {
 			return nil, false
 		}
+		end := i + q
+		// The quote is escaped when an odd number of backslashes precede it.
+		bs := 0
+		for j := end - 1; j >= start && s.data[j] == '\\'; j-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			s.pos = end + 1
+			return s.data[start:end], true
+		}
+		i = end + 1
 	}
-	return nil, false
+}
+
+// stringValueBytes reads a string and returns it unescaped, without a copy
+// when it has no escapes.
+func (s *scanner) stringValueBytes() ([]byte, bool) {
+	start := s.pos
+	raw, ok := s.rawString()
+	if !ok {
+		return nil, false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw, true
+	}
+	end := s.pos
+	s.pos = start
+	v, ok := s.stringValue()
+	s.pos = end
+	return []byte(v), ok
 }
 
 // stringValue reads a string value and unescapes it.
@@ -223,21 +248,34 @@ func (s *scanner) cniArgs(cf *CacheFile) bool {
 		if !s.consume('[') {
 			return false
 		}
-		k, ok := s.stringValue()
+		k, ok := s.stringValueBytes()
 		if !ok || !s.consume(',') {
 			return false
 		}
-		v, ok := s.stringValue()
-		if !ok || !s.consume(']') {
+		vstart := s.pos
+		if _, ok := s.rawString(); !ok || !s.consume(']') {
 			return false
 		}
+		// Only the three values the prune needs become strings; the other
+		// pairs are skipped without allocating.
+		var dst *string
 		switch {
-		case k == "K8S_POD_UID" && !seenUID:
-			cf.PodUID, seenUID = v, true
-		case k == "K8S_POD_NAMESPACE" && !seenNS:
-			cf.PodNamespace, seenNS = v, true
-		case k == "K8S_POD_NAME" && !seenName:
-			cf.PodName, seenName = v, true
+		case string(k) == "K8S_POD_UID" && !seenUID:
+			dst, seenUID = &cf.PodUID, true
+		case string(k) == "K8S_POD_NAMESPACE" && !seenNS:
+			dst, seenNS = &cf.PodNamespace, true
+		case string(k) == "K8S_POD_NAME" && !seenName:
+			dst, seenName = &cf.PodName, true
+		}
+		if dst != nil {
+			end := s.pos
+			s.pos = vstart
+			v, ok := s.stringValue()
+			if !ok {
+				return false
+			}
+			*dst = v
+			s.pos = end
 		}
 		if s.consume(',') {
 			continue

@@ -24,7 +24,7 @@ import (
 )
 
 // createPod creates a pod bound to node and returns its UID.
-func createPod(t *testing.T, cs kubernetes.Interface, ns, name, node string) string {
+func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) string {
 	t.Helper()
 	p, err := cs.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -41,14 +41,14 @@ func createPod(t *testing.T, cs kubernetes.Interface, ns, name, node string) str
 }
 
 // deletePod deletes a pod immediately, as the kubelet's final delete would.
-func deletePod(t *testing.T, cs kubernetes.Interface, ns, name string) {
+func deletePod(t testing.TB, cs kubernetes.Interface, ns, name string) {
 	t.Helper()
 	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func ensureServiceAccount(t *testing.T, cs kubernetes.Interface, ns string) {
+func ensureServiceAccount(t testing.TB, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	if ns != "default" {
 		if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

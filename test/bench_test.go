@@ -1,0 +1,106 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// BenchmarkPruneVsFind is the measured run of the prune: a node's cache of
+// the real shapes on tmpfs (a third of the sandboxes' files are scratch, two
+// thirds results; 110 sandboxes live, the rest stale), pruned by the built
+// `sweepd prune` against a real API server, and the same tree deleted by
+// `find DIR -type f -delete`, alternately in one run. It reports both wall
+// times, their ratio and sweepd's peak RSS. Example:
+//
+//	go test -run x -bench 'PruneVsFind/files=100k' -benchtime 5x ./test/
+func BenchmarkPruneVsFind(b *testing.B) {
+	for _, n := range []struct {
+		name      string
+		sandboxes int
+	}{{"10k", 3334}, {"100k", 33334}, {"1M", 333334}} {
+		b.Run("files="+n.name, func(b *testing.B) { benchPruneVsFind(b, n.sandboxes) })
+	}
+}
+
+func benchPruneVsFind(b *testing.B, sandboxes int) {
+	sweepd := testbin.Build(b, "./cmd/sweepd")
+	cp := controlplane.Start(b)
+	cs := cp.Clientset(b)
+	ensureServiceAccount(b, cs, "default")
+	live := make([]multuscache.Pod, 110)
+	for i := range live {
+		name := fmt.Sprintf("live-%d", i)
+		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(b, cs, "default", name, "node-a")}
+	}
+	shm := "/dev/shm"
+	if _, err := os.Stat(shm); err != nil {
+		b.Fatalf("no tmpfs at %s: %v", shm, err)
+	}
+	base, err := os.MkdirTemp(shm, "sweep-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(base) })
+	src := filepath.Join(base, "src")
+	start := time.Now()
+	if err := multuscache.Node(src, sandboxes, live, time.Now().Add(-time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("generated %d files in %s", 3*sandboxes, time.Since(start))
+
+	var findTotal, sweepTotal time.Duration
+	var maxRSS int64
+	timed := func(cmd *exec.Cmd) time.Duration {
+		t0 := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		return time.Since(t0)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		a, s := filepath.Join(base, "find"), filepath.Join(base, "sweepd")
+		for _, d := range []string{a, s} {
+			os.RemoveAll(d)
+			if out, err := exec.Command("cp", "-a", src, d).CombinedOutput(); err != nil {
+				b.Fatalf("cp: %v: %s", err, out)
+			}
+		}
+		find := exec.Command("find", a, "-type", "f", "-delete")
+		prune := exec.Command(sweepd, "prune", "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+s, "--min-age=1m", "--log-level=warn")
+		b.StartTimer()
+		// Alternate which goes first, so that neither always runs on a
+		// warmer cache.
+		if i%2 == 0 {
+			findTotal += timed(find)
+			sweepTotal += timed(prune)
+		} else {
+			sweepTotal += timed(prune)
+			findTotal += timed(find)
+		}
+		if rss := prune.ProcessState.SysUsage().(*syscall.Rusage).Maxrss; rss > maxRSS {
+			maxRSS = rss
+		}
+		b.StopTimer()
+		left, _ := os.ReadDir(filepath.Join(s, "results"))
+		if len(left) != 2*len(live) {
+			b.Fatalf("%d results files left, want %d", len(left), 2*len(live))
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(findTotal.Seconds()/n, "find-s/op")
+	b.ReportMetric(sweepTotal.Seconds()/n, "sweepd-s/op")
+	b.ReportMetric(sweepTotal.Seconds()/findTotal.Seconds(), "ratio")
+	b.ReportMetric(float64(maxRSS)/1024, "sweepd-peak-RSS-MiB")
+}
