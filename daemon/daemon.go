@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"k8s.io/client-go/metadata"
 
@@ -61,16 +62,28 @@ func WithMetadataClient(c metadata.Interface) Option { return func(d *Daemon) { 
 // for tests that need the port before Run.
 func WithListener(l net.Listener) Option { return func(d *Daemon) { d.listener = l } }
 
+// Uninstaller is a task that runs for the daemon's lifetime next to the
+// prune, with its metrics on the daemon's registry: the uninstall cleanup
+// (package uninstall). It returns only when ctx ends or it cannot go on.
+type Uninstaller interface {
+	Run(ctx context.Context) error
+	Collectors() []prometheus.Collector
+}
+
+// WithUninstall runs u next to the prune.
+func WithUninstall(u Uninstaller) Option { return func(d *Daemon) { d.uninstall = u } }
+
 // WithReadyNotifier calls f once, after the first sync (systemd's READY=1).
 func WithReadyNotifier(f func()) Option { return func(d *Daemon) { d.onReady = f } }
 
 // Daemon is a configured node daemon; Run runs it.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	client   metadata.Interface
-	listener net.Listener
-	onReady  func()
+	cfg       Config
+	log       *slog.Logger
+	client    metadata.Interface
+	listener  net.Listener
+	onReady   func()
+	uninstall Uninstaller
 
 	schedule cron.Schedule
 	view     *podView
@@ -100,6 +113,11 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	d.cfg.Prune.Logger = d.log
 	d.view = newPodView(d.client, cfg.NodeName)
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view)
+	if d.uninstall != nil {
+		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -124,6 +142,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	wg.Go(func() { d.view.run(ctx) })
+	if d.uninstall != nil {
+		// Independent of the pod view: the uninstall cleanup must run even
+		// if the prune never gets a fresh view.
+		wg.Go(func() {
+			if err := d.uninstall.Run(ctx); err != nil {
+				d.log.Error("uninstall cleanup stopped", "error", err)
+			}
+		})
+	}
 	d.log.Info("waiting for the first sync of the node's pods")
 	if !d.waitFirstSync(ctx, errc) {
 		return d.httpError(errc)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -183,4 +184,13 @@ func (c *inodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(st.Ffree))
 	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(st.Files))
+}
+
+func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
 }

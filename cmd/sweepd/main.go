@@ -41,10 +41,11 @@ type env struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"cleanup": {summary: "one-shot uninstall cleanup of node files and cluster objects, then of itself (spectro-cleanup compatible)", setup: cleanupCommand},
-		"version": {summary: "print the version", setup: versionCommand},
-		"daemon":  {summary: "run the node daemon: prune the multus cache on a schedule, serve metrics", setup: daemonCommand},
-		"prune":   {summary: "run one prune cycle of the multus cache and exit", setup: pruneCommand},
+		"cleanup":   {summary: "one-shot uninstall cleanup of node files and cluster objects, then of itself (spectro-cleanup compatible)", setup: cleanupCommand},
+		"version":   {summary: "print the version", setup: versionCommand},
+		"daemon":    {summary: "run the node daemon: prune the multus cache on a schedule, serve metrics", setup: daemonCommand},
+		"prune":     {summary: "run one prune cycle of the multus cache and exit", setup: pruneCommand},
+		"uninstall": {summary: "hand the uninstall config to the daemons and wait until every node is clean and the DaemonSet has deleted itself (Helm pre-delete hook)", setup: uninstallCommand},
 	}
 }
 

@@ -1,0 +1,73 @@
+package uninstall
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The package talks to the API server with the dynamic client only: the
+// typed clientset registers every built-in API type at start-up, which
+// costs the node daemon megabytes of resident memory (see
+// cmd/sweepd/deps_test.go).
+var (
+	// DaemonSetGVR is the only self object the coordinated cleanup
+	// supports: the barrier is over the DaemonSet's pods.
+	DaemonSetGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
+	leaseGVR     = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	podGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	eventGVR     = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	configMapGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+)
+
+// daemonSet is what the coordination needs of the DaemonSet.
+type daemonSet struct {
+	Name, Namespace string
+	UID             types.UID
+	ResourceVersion string
+	Selector        labels.Selector
+	Deleting        bool
+}
+
+func parseDaemonSet(u *unstructured.Unstructured) (*daemonSet, error) {
+	ds := &daemonSet{
+		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
+		ResourceVersion: u.GetResourceVersion(), Deleting: u.GetDeletionTimestamp() != nil,
+	}
+	raw, _, err := unstructured.NestedMap(u.Object, "spec", "selector")
+	if err != nil {
+		return nil, err
+	}
+	var ls metav1.LabelSelector
+	if err := fromUnstructured(raw, &ls); err != nil {
+		return nil, err
+	}
+	if ds.Selector, err = metav1.LabelSelectorAsSelector(&ls); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+func ownerRef(ds *daemonSet) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID}
+}
+
+// newLease builds an unstructured Lease owned by ds.
+func newLease(ds *daemonSet, name, role, holder string, ann map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"spec": map[string]any{"holderIdentity": holder},
+	}}
+	u.SetName(name)
+	u.SetNamespace(ds.Namespace)
+	u.SetLabels(map[string]string{LabelDaemonSet: dsLabel(ds.Name), LabelRole: role})
+	u.SetAnnotations(ann)
+	u.SetOwnerReferences([]metav1.OwnerReference{ownerRef(ds)})
+	return u
+}
+
+func microTime(t time.Time) string { return t.UTC().Format(metav1.RFC3339Micro) }

@@ -1,0 +1,160 @@
+package uninstall
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+)
+
+// status is the leader's record of the cluster phase, in the status Lease.
+type status struct {
+	c       *Coordinator
+	ds      *daemonSet
+	content string
+	missing string
+}
+
+// load returns the recorded phase of the content ("" if none).
+func (s *status) load(ctx context.Context) (string, error) {
+	l, err := s.c.leases().Get(ctx, StatusLeaseName(s.ds.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("get status: %w", err)
+	}
+	a := l.GetAnnotations()
+	if a[AnnotationContent] != s.content {
+		return "", nil
+	}
+	s.missing = a[AnnotationMissingNodes]
+	return a[AnnotationPhase], nil
+}
+
+// set records phase (and the nodes the barrier gave up on) for the content.
+func (s *status) set(ctx context.Context, phase, missing, msg string) error {
+	name := StatusLeaseName(s.ds.Name)
+	holder := s.c.cfg.NodeName
+	ann := map[string]string{
+		AnnotationContent: s.content, AnnotationPhase: phase, AnnotationMissingNodes: missing, AnnotationMessage: msg,
+	}
+	s.missing = missing
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := s.c.leases().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = s.c.leases().Create(ctx, newLease(s.ds, name, roleStatus, holder, ann), metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		a := l.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		for k, v := range ann {
+			a[k] = v
+		}
+		l.SetAnnotations(a)
+		_ = unstructured.SetNestedField(l.Object, holder, "spec", "holderIdentity")
+		_, err = s.c.leases().Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record status %s: %w", phase, err)
+	}
+	return nil
+}
+
+// informer lists and watches gvr in the DaemonSet's namespace with a label
+// selector, through the dynamic client.
+func (c *Coordinator) informer(gvr schema.GroupVersionResource, sel labels.Selector) cache.SharedIndexInformer {
+	ri := c.dc.Resource(gvr).Namespace(c.cfg.Namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.String()
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.String()
+			return ri.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+}
+
+func unstructuredItems(objs []any) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// waitBarrier waits, with informers on the DaemonSet's pods and on the node
+// report Leases, until every node running a pod of the DaemonSet reported
+// content h, or the timeout (counted from the first report) passed. It
+// returns the barrier as it was then; the error is for ctx only.
+func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h string, ds *daemonSet) (BarrierState, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pods := c.informer(podGVR, ds.Selector)
+	leases := c.informer(leaseGVR, labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name), LabelRole: roleNode}))
+	changed := make(chan struct{}, 1)
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke(changed) },
+		UpdateFunc: func(any, any) { poke(changed) },
+		DeleteFunc: func(any) { poke(changed) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods, leases} {
+		if _, err := inf.AddEventHandler(notify); err != nil {
+			return BarrierState{}, err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, leases.HasSynced) {
+		return BarrierState{}, ctx.Err()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastMissing := -1
+	for {
+		b := EvaluateBarrier(ds.UID, h, unstructuredItems(pods.GetStore().List()), unstructuredItems(leases.GetStore().List()))
+		if b.Reached() {
+			return b, nil
+		}
+		if len(b.Missing) != lastMissing {
+			log.Info("waiting for nodes", "reported", len(b.Reported), "expected", len(b.Expected), "missing", b.Missing)
+			lastMissing = len(b.Missing)
+		}
+		if !b.FirstReport.IsZero() && time.Since(b.FirstReport) >= c.cfg.Timeout {
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return b, ctx.Err()
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,586 @@
+// Package uninstall is the uninstall cleanup of the node daemon, coordinated
+// across a DaemonSet. Each daemon watches its mounted cleanup ConfigMap
+// (Watch); when file-config.json or resource-config.json appear or change, it
+// removes the files on its node (the node phase, package cleanup's rules)
+// and reports to a barrier; one daemon, elected with a Lease, waits until
+// every node running a pod of the DaemonSet has reported (or a timeout
+// passed), deletes the resources and finally the DaemonSet itself with its
+// RBAC (the cluster phase). Progress is kept by content hash under a state
+// directory, so a restarted daemon neither redoes finished work nor loses
+// interrupted work. See the README's "Uninstall" section for the design.
+package uninstall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/sweep-k8s/sweep/cleanup"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout       = 5 * time.Minute
+	DefaultLeaseDuration = 15 * time.Second
+	// retryInterval spaces retries of API requests that failed (API server
+	// down, conflicts) and of a failed cluster phase.
+	retryInterval = 2 * time.Second
+)
+
+// Config is what the uninstall cleanup does.
+type Config struct {
+	// ConfigDir is the mounted cleanup ConfigMap (or a plain directory).
+	ConfigDir string
+	// StateDir keeps progress across restarts; empty keeps it in memory.
+	StateDir string
+	// NodeName is this node; it is also the identity in the leader
+	// election, so a restarted daemon takes its lease back at once.
+	NodeName string
+	// AllowedRoots confine file removal (cleanup.FileOptions).
+	AllowedRoots []string
+
+	// DaemonSet and Namespace name the DaemonSet this daemon runs in; with
+	// an empty DaemonSet only the node phase runs (e.g. under systemd).
+	DaemonSet, Namespace string
+	// ServiceAccount, Role, RoleBinding, ClusterRole, ClusterRoleBinding are
+	// the DaemonSet's RBAC, removed by the self-cleanup.
+	ServiceAccount, Role, RoleBinding string
+	ClusterRole, ClusterRoleBinding   string
+
+	// Timeout is how long the barrier waits for the last node, counted
+	// from the first node's report; default DefaultTimeout.
+	Timeout time.Duration
+	// DeletionTimeout bounds the wait for one resource entry's objects to
+	// be gone; default cleanup.DefaultDeletionTimeout.
+	DeletionTimeout time.Duration
+	// LeaseDuration of the leader Lease; the renew deadline and retry
+	// period derive from it. Default DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// Watch tunes the config directory watcher.
+	Watch WatchOptions
+}
+
+// Validate checks the configuration without touching anything.
+func (c Config) Validate() error {
+	switch {
+	case c.ConfigDir == "":
+		return errors.New("cleanup config directory is required")
+	case c.NodeName == "":
+		return errors.New("node name is required")
+	case c.DaemonSet != "" && c.Namespace == "":
+		return errors.New("the DaemonSet's namespace is required")
+	case (c.ClusterRole == "") != (c.ClusterRoleBinding == ""):
+		return errors.New("the cluster role and cluster role binding names go together")
+	case c.Timeout < 0 || c.LeaseDuration < 0:
+		return errors.New("timeouts must not be negative")
+	}
+	return cleanup.CheckFilePaths(nil, c.AllowedRoots)
+}
+
+// Option injects a dependency.
+type Option func(*Coordinator)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(c *Coordinator) { c.log = l } }
+
+// WithRESTConfig gives API access, required with a DaemonSet.
+func WithRESTConfig(cfg *rest.Config) Option { return func(c *Coordinator) { c.restConfig = cfg } }
+
+// Coordinator runs the uninstall cleanup of one daemon; Run runs it.
+type Coordinator struct {
+	cfg        Config
+	log        *slog.Logger
+	restConfig *rest.Config
+	dc         dynamic.Interface
+	clients    *cleanup.Clients
+	state      *State
+	metrics    *metrics
+}
+
+// New checks cfg, loads the state and builds the clients.
+func New(cfg Config, opts ...Option) (*Coordinator, error) {
+	c := &Coordinator{cfg: cfg, log: slog.New(slog.DiscardHandler), metrics: newMetrics()}
+	for _, o := range opts {
+		o(c)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(c.cfg.AllowedRoots) == 0 {
+		c.cfg.AllowedRoots = []string{cleanup.DefaultAllowedRoot}
+	}
+	if c.cfg.Timeout == 0 {
+		c.cfg.Timeout = DefaultTimeout
+	}
+	if c.cfg.LeaseDuration == 0 {
+		c.cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	c.log = c.log.With("component", "uninstall")
+	var err error
+	if c.state, err = LoadState(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if cfg.DaemonSet != "" {
+		if c.restConfig == nil {
+			return nil, errors.New("no API server configuration")
+		}
+		if c.clients, err = cleanup.NewClients(c.restConfig); err != nil {
+			return nil, err
+		}
+		c.dc = c.clients.Dynamic
+	}
+	return c, nil
+}
+
+// Run watches the config directory and runs the cleanup for each new
+// content until ctx ends. A new content cancels the run of the previous one;
+// an empty directory (the ConfigMap is gone) cancels it too.
+func (c *Coordinator) Run(ctx context.Context) error {
+	snaps := make(chan Snapshot)
+	watchErr := make(chan error, 1)
+	wopts := c.cfg.Watch
+	wopts.Log = c.log
+	go func() { watchErr <- Watch(ctx, c.cfg.ConfigDir, wopts, snaps) }()
+	c.log.Info("watching the cleanup config directory", "dir", c.cfg.ConfigDir, "daemonset", c.cfg.DaemonSet)
+
+	var (
+		curHash   string
+		curCancel context.CancelFunc = func() {}
+		curDone                      = make(chan struct{})
+	)
+	close(curDone)
+	stop := func() {
+		curCancel()
+		<-curDone
+	}
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-watchErr:
+			return err
+		case s := <-snaps:
+			h := s.Hash()
+			if s.Empty() {
+				if curHash != "" {
+					c.log.Info("cleanup config removed; stopping the cleanup in progress")
+				}
+				stop()
+				curHash = ""
+				continue
+			}
+			if h == curHash {
+				continue
+			}
+			stop()
+			curHash = h
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			curCancel, curDone = cancel, done
+			go func() {
+				defer close(done)
+				c.run(runCtx, s)
+			}()
+		}
+	}
+}
+
+// run is the whole cleanup of one content.
+func (c *Coordinator) run(ctx context.Context, s Snapshot) {
+	h := s.Hash()
+	log := c.log.With("content", h[:12])
+	progress := c.state.Get(h)
+	if progress == ProgressDone {
+		log.Info("cleanup of this content already done")
+		return
+	}
+	files, err := cleanup.ParseFileConfig(s.FileConfig)
+	if err == nil {
+		err = cleanup.CheckFilePaths(files, c.cfg.AllowedRoots)
+	}
+	if err != nil {
+		c.metrics.failures.Inc()
+		log.Error("invalid "+cleanup.FileConfigName+"; nothing done", "err", err)
+		return
+	}
+	entries, err := cleanup.ParseResourceConfig(s.ResourceConfig)
+	if err != nil {
+		c.metrics.failures.Inc()
+		log.Error("invalid "+cleanup.ResourceConfigName+"; nothing done", "err", err)
+		return
+	}
+	log.Info("uninstall cleanup", "files", len(files), "resources", len(entries), "progress", string(progress))
+	c.metrics.runs.Inc()
+
+	failed := c.state.FailedFiles(h)
+	if progress != ProgressNodeDone {
+		if err := c.state.Set(h, ProgressStarted, 0); err != nil {
+			log.Error("state", "err", err)
+		}
+		sum := &cleanup.Summary{}
+		if err := cleanup.RemoveFiles(ctx, files, cleanup.FileOptions{AllowedRoots: c.cfg.AllowedRoots, Log: log}, sum); err != nil {
+			if ctx.Err() == nil {
+				c.metrics.failures.Inc()
+				log.Error("node phase", "err", err)
+			}
+			return
+		}
+		c.metrics.removedFiles.Add(float64(sum.Count(cleanup.PhaseFile, cleanup.Deleted)))
+		failed = sum.Count(cleanup.PhaseFile, cleanup.Failed)
+		if failed > 0 {
+			c.metrics.failures.Inc()
+		}
+		if err := c.state.Set(h, ProgressNodeDone, failed); err != nil {
+			log.Error("state", "err", err)
+		}
+		log.Info("node phase done", "deleted", sum.Count(cleanup.PhaseFile, cleanup.Deleted),
+			"skipped", sum.Count(cleanup.PhaseFile, cleanup.Skipped), "failed", failed)
+	} else {
+		log.Info("node phase already done; reporting again")
+	}
+
+	if c.cfg.DaemonSet == "" {
+		if len(entries) > 0 {
+			log.Warn(cleanup.ResourceConfigName + " ignored: the cluster phase needs a DaemonSet (--self-name)")
+		}
+		if err := c.state.Set(h, ProgressDone, failed); err != nil {
+			log.Error("state", "err", err)
+		}
+		return
+	}
+
+	ds, err := c.report(ctx, log, h, failed)
+	if err != nil {
+		return // ctx ended
+	}
+	if ds == nil {
+		c.finished(log, h, failed, "the DaemonSet is gone")
+		return
+	}
+	if c.elect(ctx, log, h, ds, entries) {
+		c.finished(log, h, failed, "cluster phase done")
+	}
+}
+
+func (c *Coordinator) finished(log *slog.Logger, h string, failed int, why string) {
+	if err := c.state.Set(h, ProgressDone, failed); err != nil {
+		log.Error("state", "err", err)
+	}
+	log.Info("uninstall cleanup finished", "why", why)
+}
+
+// getDaemonSet returns the DaemonSet, nil if it is gone or being deleted; it
+// retries other errors until ctx ends.
+func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*daemonSet, error) {
+	for {
+		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Namespace).Get(ctx, c.cfg.DaemonSet, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err == nil {
+			ds, err := parseDaemonSet(u)
+			if err != nil {
+				return nil, fmt.Errorf("DaemonSet: %w", err)
+			}
+			if ds.Deleting {
+				return nil, nil
+			}
+			return ds, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.Warn("cannot get the DaemonSet; retrying", "err", err)
+		if !sleep(ctx, retryInterval) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *Coordinator) leases() dynamic.ResourceInterface {
+	return c.dc.Resource(leaseGVR).Namespace(c.cfg.Namespace)
+}
+
+// report records in this node's Lease that it finished content h. It returns
+// the DaemonSet (nil if gone) and an error only when ctx ends.
+func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, failed int) (*daemonSet, error) {
+	ds, err := c.getDaemonSet(ctx, log)
+	if err != nil || ds == nil {
+		return nil, err
+	}
+	name := NodeLeaseName(ds.Name, c.cfg.NodeName)
+	node := c.cfg.NodeName
+	ann := map[string]string{
+		AnnotationContent:     h,
+		AnnotationNode:        node,
+		AnnotationReportedAt:  time.Now().UTC().Format(time.RFC3339Nano),
+		AnnotationFailedFiles: strconv.Itoa(failed),
+	}
+	for {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := c.leases().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = c.leases().Create(ctx, newLease(ds, name, roleNode, node, ann), metav1.CreateOptions{})
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			a := l.GetAnnotations()
+			if a[AnnotationContent] == h && a[AnnotationNode] == node {
+				return nil // reported before a restart
+			}
+			if a == nil {
+				a = map[string]string{}
+			}
+			for k, v := range ann {
+				a[k] = v
+			}
+			l.SetAnnotations(a)
+			_, err = c.leases().Update(ctx, l, metav1.UpdateOptions{})
+			return err
+		})
+		if err == nil {
+			log.Info("reported to the barrier", "lease", name)
+			return ds, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.Warn("cannot report to the barrier; retrying", "err", err)
+		if !sleep(ctx, retryInterval) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// elect takes part in the leader election until the cleanup of h is over:
+// the leader runs the cluster phase; the others wait and take over if the
+// leader dies. It returns true when the cleanup is over (done by us or by
+// another daemon, or the DaemonSet is gone), false when ctx ended.
+func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) bool {
+	e := &elector{
+		leases: c.leases(), ds: ds, name: LeaderLeaseName(ds.Name), identity: c.cfg.NodeName,
+		duration: c.cfg.LeaseDuration, log: log,
+	}
+	for ctx.Err() == nil {
+		var over atomic.Bool
+		electCtx, cancel := context.WithCancel(ctx)
+		followerDone := make(chan struct{})
+		go func() {
+			defer close(followerDone)
+			// A follower stops when the leader has reached the
+			// self-cleanup or the DaemonSet is gone.
+			if c.waitOver(electCtx, h, ds.UID) {
+				over.Store(true)
+				cancel()
+			}
+		}()
+		elected, result := e.run(electCtx, func(lctx context.Context) bool { return c.lead(lctx, log, h, ds, entries) })
+		cancel()
+		<-followerDone
+		if result || over.Load() {
+			return true
+		}
+		if elected && ctx.Err() == nil {
+			log.Info("leadership lost; standing for election again")
+		}
+	}
+	return false
+}
+
+// waitOver polls until the status says the leader has reached the
+// self-cleanup of content h or the DaemonSet (with uid) is gone. Two GETs
+// per interval per follower.
+func (c *Coordinator) waitOver(ctx context.Context, h string, uid types.UID) bool {
+	interval := c.cfg.LeaseDuration / 3
+	for sleep(ctx, interval) {
+		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Namespace).Get(ctx, c.cfg.DaemonSet, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && (u.GetUID() != uid || u.GetDeletionTimestamp() != nil)) {
+			return true
+		}
+		st, err := c.leases().Get(ctx, StatusLeaseName(c.cfg.DaemonSet), metav1.GetOptions{})
+		if err == nil && st.GetAnnotations()[AnnotationContent] == h && st.GetAnnotations()[AnnotationPhase] == PhaseSelf {
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// lead runs the cluster phase while ctx (the leadership) lasts: barrier,
+// resources, self-cleanup. A failed attempt is retried. It returns true
+// when the cleanup is over.
+func (c *Coordinator) lead(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) bool {
+	for ctx.Err() == nil {
+		cur, err := c.getDaemonSet(ctx, log)
+		if err != nil {
+			return false
+		}
+		if cur == nil || cur.UID != ds.UID {
+			return true
+		}
+		over, err := c.clusterPhase(ctx, log, h, cur, entries)
+		if over {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		c.metrics.failures.Inc()
+		log.Error("cluster phase failed; retrying", "err", err, "in", (5 * retryInterval).String())
+		sleep(ctx, 5*retryInterval)
+	}
+	return false
+}
+
+func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) (bool, error) {
+	st := &status{c: c, ds: ds, content: h}
+	phase, err := st.load(ctx)
+	if err != nil {
+		return false, err
+	}
+	if phase == "" {
+		if err := st.set(ctx, PhaseBarrier, "", "waiting for every node of the DaemonSet to remove its files"); err != nil {
+			return false, err
+		}
+		c.event(ctx, ds, "Normal", "UninstallCleanupStarted",
+			fmt.Sprintf("uninstall cleanup %s started: waiting for every node to remove its files (timeout %s)", h[:12], c.cfg.Timeout))
+		phase = PhaseBarrier
+	}
+
+	if phase == PhaseBarrier {
+		b, err := c.waitBarrier(ctx, log, h, ds)
+		if err != nil {
+			return false, err
+		}
+		msg := fmt.Sprintf("all %d nodes removed their files", len(b.Reported))
+		typ, reason := "Normal", "UninstallBarrierReached"
+		if !b.Reached() {
+			msg = fmt.Sprintf("timeout after %s: %d nodes removed their files, %d did not: %s",
+				c.cfg.Timeout, len(b.Reported), len(b.Missing), strings.Join(b.Missing, ", "))
+			typ, reason = "Warning", "UninstallBarrierTimeout"
+			log.Warn("barrier timeout: going ahead without some nodes", "missing", b.Missing)
+		} else {
+			log.Info("barrier reached", "nodes", len(b.Reported))
+		}
+		if b.FailedFiles > 0 {
+			msg += fmt.Sprintf("; %d files could not be removed", b.FailedFiles)
+		}
+		if err := st.set(ctx, PhaseResources, strings.Join(b.Missing, ","), msg); err != nil {
+			return false, err
+		}
+		c.event(ctx, ds, typ, reason, msg)
+		phase = PhaseResources
+	}
+
+	if phase == PhaseResources || phase == PhaseFailed {
+		sum := &cleanup.Summary{}
+		targets, err := cleanup.Resolve(c.clients.Mapper, entries)
+		if err != nil {
+			return false, err
+		}
+		if err := cleanup.DeleteResources(ctx, c.dc, targets, cleanup.ResourceOptions{
+			Blocking: true, Timeout: c.cfg.DeletionTimeout, Keep: c.keep(), Log: log,
+		}, sum); err != nil {
+			return false, err
+		}
+		c.metrics.deletedObjects.Add(float64(sum.Count(cleanup.PhaseResource, cleanup.Deleted)))
+		if sum.MustFailed() {
+			msg := fmt.Sprintf("%d mustDelete objects could not be deleted; the DaemonSet stays; retrying", sum.Count(cleanup.PhaseResource, cleanup.Failed))
+			_ = st.set(ctx, PhaseFailed, st.missing, msg)
+			c.event(ctx, ds, "Warning", "UninstallCleanupFailed", msg)
+			return false, errors.New(msg)
+		}
+		msg := fmt.Sprintf("uninstall cleanup %s done: %d objects deleted, %d failed; deleting the DaemonSet and its RBAC",
+			h[:12], sum.Count(cleanup.PhaseResource, cleanup.Deleted), sum.Count(cleanup.PhaseResource, cleanup.Failed))
+		// Recorded before the self-cleanup: afterwards our RBAC, and the
+		// status Lease with the DaemonSet, are gone.
+		if err := st.set(ctx, PhaseSelf, st.missing, msg); err != nil {
+			return false, err
+		}
+		c.event(ctx, ds, "Normal", "UninstallCleanupDone", msg)
+	}
+
+	sum := &cleanup.Summary{}
+	if err := cleanup.SelfCleanup(ctx, c.clients, cleanup.SelfOptions{
+		GVR: DaemonSetGVR, Name: ds.Name, Namespace: ds.Namespace,
+		ServiceAccount: c.cfg.ServiceAccount, Role: c.cfg.Role, RoleBinding: c.cfg.RoleBinding,
+		ClusterRole: c.cfg.ClusterRole, ClusterRoleBinding: c.cfg.ClusterRoleBinding,
+		Log: log,
+	}, sum); err != nil {
+		return false, err
+	}
+	c.metrics.deletedObjects.Add(float64(sum.Count(cleanup.PhaseSelf, cleanup.Deleted)))
+	if sum.MustFailed() {
+		return false, errors.New("self-cleanup failed")
+	}
+	log.Info("DaemonSet and its RBAC deleted")
+	return true, nil
+}
+
+// keep lists the DaemonSet and its RBAC, which resource entries must not
+// delete: they go last, in the self-cleanup.
+func (c *Coordinator) keep() []cleanup.ObjectRef {
+	const rbac = "rbac.authorization.k8s.io"
+	keep := []cleanup.ObjectRef{{Resource: DaemonSetGVR.GroupResource(), Namespace: c.cfg.Namespace, Name: c.cfg.DaemonSet}}
+	for _, k := range []struct {
+		gr       schema.GroupResource
+		ns, name string
+	}{
+		{schema.GroupResource{Resource: "serviceaccounts"}, c.cfg.Namespace, c.cfg.ServiceAccount},
+		{schema.GroupResource{Group: rbac, Resource: "roles"}, c.cfg.Namespace, c.cfg.Role},
+		{schema.GroupResource{Group: rbac, Resource: "rolebindings"}, c.cfg.Namespace, c.cfg.RoleBinding},
+		{schema.GroupResource{Group: rbac, Resource: "clusterroles"}, "", c.cfg.ClusterRole},
+		{schema.GroupResource{Group: rbac, Resource: "clusterrolebindings"}, "", c.cfg.ClusterRoleBinding},
+	} {
+		if k.name != "" {
+			keep = append(keep, cleanup.ObjectRef{Resource: k.gr, Namespace: k.ns, Name: k.name})
+		}
+	}
+	return keep
+}
+
+// event records an Event on the DaemonSet; failures are logged only.
+func (c *Coordinator) event(ctx context.Context, ds *daemonSet, typ, reason, msg string) {
+	now := time.Now().UTC().Format(time.RFC3339)
+	ev := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Event",
+		"metadata": map[string]any{"generateName": ds.Name + ".", "namespace": ds.Namespace},
+		"involvedObject": map[string]any{
+			"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds.Name, "namespace": ds.Namespace,
+			"uid": string(ds.UID), "resourceVersion": ds.ResourceVersion,
+		},
+		"reason": reason, "message": msg, "type": typ,
+		"firstTimestamp": now, "lastTimestamp": now, "count": int64(1),
+		"source": map[string]any{"component": "sweepd", "host": c.cfg.NodeName},
+	}}
+	if _, err := c.dc.Resource(eventGVR).Namespace(ds.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		c.log.Warn("cannot record an event", "reason", reason, "err", err)
+	}
+}
