@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"sort"
@@ -256,5 +257,85 @@ func TestRunCancelled(t *testing.T) {
 	}
 	if tr.all(t) != before {
 		t.Fatal("cancelled run removed files")
+	}
+}
+
+// TestRunRemoveError: a file that cannot be removed (immutable, as on a
+// read-only or damaged filesystem) is counted as an error; the rest of the
+// run goes on, and the sandbox it names keeps its scratch file.
+func TestRunRemoveError(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus") // on disk: tmpfs has no immutable flag
+	old := time.Now().Add(-time.Hour)
+	stuck := multuscache.NewSandboxID()
+	paths, err := multuscache.Sandbox(dir, stuck, multuscache.Pod{Namespace: "default", Name: "a", UID: "uid-a"}, multuscache.DefaultAttachments(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "b", UID: "uid-b"}, multuscache.DefaultAttachments(), old); err != nil {
+		t.Fatal(err)
+	}
+	immutable := paths[1] // a results file of the stuck sandbox
+	if out, err := exec.Command("chattr", "+i", immutable).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i (the test needs root and an ext4-like filesystem): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", immutable).Run() })
+
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Errors != 1 || sum.Kept[prune.ReasonError] != 1 {
+		t.Fatalf("errors %d, kept %v; want one error", sum.Errors, sum.Kept)
+	}
+	// Everything else went: the other sandbox whole, the stuck one's other
+	// results file; its scratch file stays, since a results file names it.
+	want := []string{stuck, "results/" + filepath.Base(immutable)}
+	tr := &tree{dir: dir}
+	if got := strings.Join(tr.remaining(t), "\n"); got != strings.Join(want, "\n") {
+		t.Fatalf("remaining:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+// TestRunHostileNames: odd names are handled like any other, and a symlink
+// loop is an entry like any symlink: kept, never followed.
+func TestRunHostileNames(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	id := multuscache.NewSandboxID()
+	stale := multuscache.ResultsJSON(id, multuscache.Pod{Namespace: "default", Name: "x", UID: "uid-x"}, multuscache.DefaultAttachments()[0])
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(rel string, data []byte) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("results/net\n-"+id+"-eth0", stale) // removed: a stale cache file, whatever its name
+	write("results/\xff\xfe-"+id+"-eth0", stale)
+	write("notes\nwith newline", []byte("x"))
+	write("\xff"+id[1:], []byte("x"))
+	for _, l := range []string{"results/loop", "loop"} {
+		if err := os.Symlink(filepath.Base(l), filepath.Join(dir, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{dir: dir}
+	want := []string{"loop", "notes\nwith newline", "results/loop", "\xff" + id[1:]}
+	sort.Strings(want)
+	if got := strings.Join(tr.remaining(t), "|"); got != strings.Join(want, "|") {
+		t.Fatalf("remaining %q, want %q", tr.remaining(t), want)
+	}
+	if sum.Removed[prune.PhaseResults] != 2 || sum.Kept[prune.ReasonNotRegular] != 1 || sum.Kept[prune.ReasonOtherName] != 3 {
+		t.Fatalf("summary %+v", sum)
 	}
 }
