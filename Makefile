@@ -8,7 +8,7 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube test vet demo clean
+.PHONY: all build kube test vet demo clean docs
 
 all: build
 
@@ -28,6 +28,11 @@ test: kube vet
 
 clean:
 	rm -rf $(BIN)
+
+# Regenerate the README's flag reference from the commands' --help;
+# test/docs_test.go fails while it is stale.
+docs:
+	SWEEP_UPDATE_README=1 $(GO) test -count=1 -run '^TestREADMEFlagReference$$' ./test/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics.

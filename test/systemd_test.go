@@ -164,9 +164,31 @@ waiting:
 			if code, _ := d.get("/readyz"); code != http.StatusOK {
 				t.Fatalf("READY=1 sent while /readyz = %d", code)
 			}
+			checkMetricsDocumented(t, d)
 			return
 		case <-timeout:
 			t.Fatal("no READY=1 within 30 s of the API server's start")
 		}
 	}
+}
+
+// checkMetricsDocumented checks that every sweep_* metric the daemon serves
+// is in the README's metrics table, and logs the daemon's resident memory
+// (the chart's requests and limits are based on it).
+func checkMetricsDocumented(t *testing.T, d *daemonProc) {
+	t.Helper()
+	readme, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := d.get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (sweep_\w+) `).FindAllStringSubmatch(body, -1) {
+		if !strings.Contains(string(readme), "`"+m[1]) {
+			t.Errorf("metric %s is not in README.md's metrics table", m[1])
+		}
+	}
+	t.Logf("daemon resident memory: %.1f MiB", d.metric(t, "process_resident_memory_bytes")/(1<<20))
 }
