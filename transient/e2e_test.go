@@ -495,9 +495,9 @@ func TestPlugin(t *testing.T) {
 	})
 
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		t.Run(unix(sig)+" mid-wait", func(t *testing.T) {
+		t.Run(sigName(sig)+" mid-wait", func(t *testing.T) {
 			t.Parallel()
-			ns := c.namespace(t, strings.ToLower(unix(sig)))
+			ns := c.namespace(t, strings.ToLower(sigName(sig)))
 			c.cronJob(t, ns, "nightly", "cfg")
 			r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
 				"--from-literal=num=5", "--job-name=manual", "--job-from=cronjob/nightly")
@@ -748,7 +748,7 @@ func TestPlugin(t *testing.T) {
 	})
 }
 
-func unix(sig syscall.Signal) string {
+func sigName(sig syscall.Signal) string {
 	switch sig {
 	case syscall.SIGINT:
 		return "SIGINT"
