@@ -748,6 +748,7 @@ func TestPlugin(t *testing.T) {
 	})
 }
 
+// sigName is the signal's conventional name, for subtest and namespace names.
 func sigName(sig syscall.Signal) string {
 	switch sig {
 	case syscall.SIGINT:
