@@ -102,7 +102,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 		if err == nil {
 			if a := st.GetAnnotations(); a[AnnotationContent] == h && a[AnnotationPhase] != lastPhase {
 				lastPhase = a[AnnotationPhase]
-				log.Info("cluster phase", "phase", lastPhase, "message", a[AnnotationMessage])
+				log.Info("cluster phase", "phase", lastPhase, "missingNodes", a[AnnotationMissingNodes], "message", a[AnnotationMessage])
 			}
 		}
 		if lastPhase == "" || lastPhase == PhaseBarrier {

@@ -49,6 +49,7 @@ type State struct {
 	mu   sync.Mutex
 	dir  string
 	recs map[string]stateRecord
+	last time.Time // strictly increasing Updated, so the oldest is well defined
 }
 
 // LoadState reads the state under dir; a missing file is an empty state.
@@ -71,6 +72,11 @@ func LoadState(dir string) (*State, error) {
 	}
 	if s.recs == nil {
 		s.recs = map[string]stateRecord{}
+	}
+	for _, r := range s.recs {
+		if r.Updated.After(s.last) {
+			s.last = r.Updated
+		}
 	}
 	return s, nil
 }
@@ -95,7 +101,12 @@ func (s *State) FailedFiles(hash string) int {
 func (s *State) Set(hash string, p Progress, failedFiles int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recs[hash] = stateRecord{Progress: p, FailedFiles: failedFiles, Updated: time.Now().UTC()}
+	now := time.Now().UTC()
+	if !now.After(s.last) {
+		now = s.last.Add(time.Nanosecond)
+	}
+	s.last = now
+	s.recs[hash] = stateRecord{Progress: p, FailedFiles: failedFiles, Updated: now}
 	if len(s.recs) > maxRemembered {
 		keys := make([]string, 0, len(s.recs))
 		for k := range s.recs {

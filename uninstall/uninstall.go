@@ -147,8 +147,8 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 }
 
 // Run watches the config directory and runs the cleanup for each new
-// content until ctx ends. A new content cancels the run of the previous one;
-// an empty directory (the ConfigMap is gone) cancels it too.
+// content until ctx ends. A new content cancels the run of the previous
+// one; an empty directory (the ConfigMap is gone) changes nothing.
 func (c *Coordinator) Run(ctx context.Context) error {
 	snaps := make(chan Snapshot)
 	watchErr := make(chan error, 1)
@@ -177,11 +177,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		case s := <-snaps:
 			h := s.Hash()
 			if s.Empty() {
+				// A cleanup that started goes on: a resource entry may
+				// well delete the ConfigMap that asked for it.
 				if curHash != "" {
-					c.log.Info("cleanup config removed; stopping the cleanup in progress")
+					c.log.Info("cleanup config removed; the cleanup in progress goes on")
 				}
-				stop()
-				curHash = ""
 				continue
 			}
 			if h == curHash {
@@ -517,8 +517,12 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 			c.event(ctx, ds, "Warning", "UninstallCleanupFailed", msg)
 			return false, errors.New(msg)
 		}
-		msg := fmt.Sprintf("uninstall cleanup %s done: %d objects deleted, %d failed; deleting the DaemonSet and its RBAC",
-			h[:12], sum.Count(cleanup.PhaseResource, cleanup.Deleted), sum.Count(cleanup.PhaseResource, cleanup.Failed))
+		msg := fmt.Sprintf("uninstall cleanup %s done: %d objects deleted, %d failed", h[:12],
+			sum.Count(cleanup.PhaseResource, cleanup.Deleted), sum.Count(cleanup.PhaseResource, cleanup.Failed))
+		if st.missing != "" {
+			msg += "; nodes that did not finish their files: " + strings.ReplaceAll(st.missing, ",", ", ")
+		}
+		msg += "; deleting the DaemonSet and its RBAC"
 		// Recorded before the self-cleanup: afterwards our RBAC, and the
 		// status Lease with the DaemonSet, are gone.
 		if err := st.set(ctx, PhaseSelf, st.missing, msg); err != nil {
