@@ -56,6 +56,16 @@ func uninstallCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			e.log.Warn("no file-config.json or resource-config.json in the source directory: the daemons only delete themselves", "dir", sourceDir)
 			o.FileConfig = []byte("[]")
 		}
+		// Checked here too, so that a bad config is exit 2 before any
+		// cluster access.
+		if _, err := cleanup.ParseFileConfig(o.FileConfig); err != nil {
+			fmt.Fprintf(e.stderr, "sweepd uninstall: %s: %v\n", cleanup.FileConfigName, err)
+			return exitUsage
+		}
+		if _, err := cleanup.ParseResourceConfig(o.ResourceConfig); err != nil {
+			fmt.Fprintf(e.stderr, "sweepd uninstall: %s: %v\n", cleanup.ResourceConfigName, err)
+			return exitUsage
+		}
 		o.Log = e.log
 		cfg, err := kube.restConfig()
 		if err != nil {
