@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 )
 
 const uidIndex = "uid"
+
+// errWatchEnded is the last error of a view whose watch stream ended and has
+// not been re-established yet.
+var errWatchEnded = errors.New("pod watch ended; waiting for the informer to list or watch again")
 
 // podView is the node's pods as a metadata-only informer keeps them: the
 // prune reads it, so a prune cycle makes no API request. It implements
@@ -99,10 +104,10 @@ func (w *trackedWatch) ResultChan() <-chan watch.Event {
 		w.ch = make(chan watch.Event)
 		go func() {
 			defer close(w.ch)
-			defer w.view.setConnected(false, nil)
+			defer w.view.setConnected(false, errWatchEnded)
 			for ev := range w.Interface.ResultChan() {
 				if ev.Type == watch.Error {
-					w.view.setConnected(false, nil)
+					w.view.setConnected(false, errWatchEnded)
 				}
 				w.ch <- ev
 			}

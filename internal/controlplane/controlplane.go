@@ -231,6 +231,23 @@ func (cp *ControlPlane) StopAPIServer() {
 	cp.apiserver.stop(syscall.SIGTERM, 10*time.Second)
 }
 
+// KillAPIServer kills kube-apiserver with SIGKILL: connections are reset,
+// nothing is shut down gracefully. StartAPIServer starts it again.
+func (cp *ControlPlane) KillAPIServer() {
+	cp.apiserver.stop(syscall.SIGKILL, time.Second)
+}
+
+// KillEtcd kills etcd with SIGKILL, leaving kube-apiserver running without
+// its storage. StartEtcd starts it again on the same data.
+func (cp *ControlPlane) KillEtcd() {
+	cp.etcd.stop(syscall.SIGKILL, time.Second)
+}
+
+// StartEtcd starts etcd again after KillEtcd.
+func (cp *ControlPlane) StartEtcd() error {
+	return cp.etcd.start()
+}
+
 // Stop stops every component. It is safe to call more than once.
 func (cp *ControlPlane) Stop() {
 	for _, p := range []*process{cp.kcm, cp.apiserver, cp.etcd} {

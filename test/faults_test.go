@@ -1,0 +1,200 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// bigTree writes a node's cache of n sandboxes on tmpfs, the first live ones
+// for the given pods, and returns the directory and the entries of the live
+// sandboxes (what a complete prune leaves).
+func bigTree(t *testing.T, n int, live []multuscache.Pod) (string, []string) {
+	t.Helper()
+	base, err := os.MkdirTemp("/dev/shm", "sweep-faults-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "multus")
+	if err := multuscache.Node(dir, n, live, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, p := range live {
+		paths, _ := filepath.Glob(filepath.Join(dir, "results", "*"))
+		for _, r := range paths {
+			data, err := os.ReadFile(r)
+			if err == nil && strings.Contains(string(data), p.UID) {
+				rel, _ := filepath.Rel(dir, r)
+				keep = append(keep, rel)
+			}
+		}
+	}
+	// Each live sandbox: its two results files and its scratch file.
+	for _, r := range append([]string(nil), keep...) {
+		name := filepath.Base(r)
+		id := name[strings.Index(name, "-")+1:]
+		id = id[len(id)-len("-eth0")-64 : len(id)-len("-eth0")]
+		if strings.HasSuffix(name, "-eth0") {
+			keep = append(keep, id)
+		}
+	}
+	sort.Strings(keep)
+	return dir, keep
+}
+
+func countResults(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "results"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// removalStarted polls the results directory's size, which tmpfs keeps in
+// step with its entries at no cost (a readdir of 60,000 entries would lag
+// behind the prune), until it shrinks.
+func removalStarted(t *testing.T, dir string, timeout time.Duration) {
+	t.Helper()
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, "results"))
+		if err != nil {
+			return -1
+		}
+		return fi.Size()
+	}
+	initial := size()
+	deadline := time.Now().Add(timeout)
+	for size() >= initial {
+		if time.Now().After(deadline) {
+			t.Fatalf("no removal within %s", timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func livePods(t *testing.T, cp *controlplane.ControlPlane, n int) []multuscache.Pod {
+	t.Helper()
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	pods := make([]multuscache.Pod, n)
+	for i := range pods {
+		name := fmt.Sprintf("live-%d", i)
+		pods[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(t, cs, "default", name, "node-a")}
+	}
+	return pods
+}
+
+// TestPruneKilledMidRun: sweepd prune killed with SIGKILL in the middle of a
+// run leaves nothing harmful (it never writes, and removes whole files only),
+// and the next run completes the job.
+func TestPruneKilledMidRun(t *testing.T) {
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	live := livePods(t, cp, 5)
+	dir, keep := bigTree(t, 30000, live)
+	total := countResults(t, dir)
+
+	cmd := exec.Command(sweepd, "prune", "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1m", "--workers=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	removalStarted(t, dir, 30*time.Second)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	left := countResults(t, dir)
+	if left <= len(live)*2 {
+		t.Fatalf("the run finished before it was killed (%d results left); the test needs a bigger tree", left)
+	}
+	t.Logf("killed with %d of %d results files left", left, total)
+
+	out, err := exec.Command(sweepd, "prune", "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("second run: %v\n%s", err, out)
+	}
+	c := &cacheTree{dir: dir}
+	if got, want := strings.Join(c.remaining(t), "\n"), strings.Join(keep, "\n"); got != want {
+		t.Fatalf("after the second run:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestDaemonAPIServerKilledMidPrune: kube-apiserver killed while the daemon
+// prunes a large cache stops the run before its next removal; nothing is
+// removed while the view is stale, the stop is counted, and pruning resumes
+// when the API server is back.
+func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
+	cp := controlplane.Start(t)
+	live := livePods(t, cp, 5)
+	staged, keep := bigTree(t, 30000, live)
+	dir := filepath.Join(filepath.Dir(staged), "cache")
+
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
+	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	// The cache appears whole between two runs.
+	if err := os.Rename(staged, dir); err != nil {
+		t.Fatal(err)
+	}
+	total := countResults(t, dir)
+	removalStarted(t, dir, 30*time.Second)
+	t.Logf("removal started at %s", time.Now().Format(time.StampMicro))
+	cp.KillAPIServer()
+	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
+	eventually(t, 10*time.Second, "the view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+	stale := countResults(t, dir)
+	if stale <= len(live)*2 {
+		t.Fatalf("the run finished before the kill (%d results left); the test needs a bigger tree", stale)
+	}
+	skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
+	eventually(t, 20*time.Second, "two more skipped runs", func() bool {
+		return d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
+	})
+	if n := countResults(t, dir); n != stale {
+		t.Fatalf("%d results files removed on a stale view", stale-n)
+	}
+	t.Logf("stopped with %d of %d results files left; skips counted: %v", stale, total, d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "pruning resumed and completed", func() bool { return countResults(t, dir) == len(live)*2 })
+	c := &cacheTree{dir: dir}
+	eventually(t, 10*time.Second, "scratch files pruned", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
+}
+
+// TestDaemonEtcdKilledMidPrune: with etcd gone, kube-apiserver keeps its
+// watches open from its watch cache, so the view may stay fresh; no pod can be
+// created or deleted meanwhile, so the view stays true. Whatever the daemon
+// does, the files of live pods stay, and after etcd returns the prune
+// completes.
+func TestDaemonEtcdKilledMidPrune(t *testing.T) {
+	cp := controlplane.Start(t)
+	live := livePods(t, cp, 5)
+	staged, keep := bigTree(t, 30000, live)
+	dir := filepath.Join(filepath.Dir(staged), "cache")
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
+	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	if err := os.Rename(staged, dir); err != nil {
+		t.Fatal(err)
+	}
+	removalStarted(t, dir, 30*time.Second)
+	cp.KillEtcd()
+	time.Sleep(5 * time.Second)
+	t.Logf("etcd down 5 s: %d results files left, view fresh %v, not-synced skips %v", countResults(t, dir),
+		d.metric(t, "sweep_pod_view_fresh"), d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
+	if err := cp.StartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	c := &cacheTree{dir: dir}
+	eventually(t, 90*time.Second, "the prune completed", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
+}
