@@ -1,0 +1,289 @@
+package test
+
+import (
+	"bufio"
+	"encoding/json"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// chartUninstallValues turns the uninstall on with a file on the node and
+// two cluster objects to delete, one of them a mustDelete CRD.
+const chartUninstallValues = `
+fullnameOverride: sweep-e2e
+uninstall:
+  enabled: true
+  timeout: 2m
+  cleanupTimeoutSeconds: 10
+  hostPaths: [/etc/cni/net.d]
+  files:
+    - /host/etc/cni/net.d/00-multus.conf
+  resources:
+    - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, name: widgets.example.com, mustDelete: true}
+    - {group: "", version: v1, resource: configmaps, name: multus-leftover, namespace: kube-system}
+`
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// ServiceAccount ns/name, with a token from the TokenRequest API.
+func serviceAccountKubeconfig(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(cp.Config)
+	cfg.BearerToken = tok.Status.Token
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	var c corev1.Container
+	if err := runtimeConvert(cs[0].(map[string]any), &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Args
+}
+
+// TestChartUninstallFlow runs the uninstall as the chart sets it up, with
+// the chart's RBAC: the chart's objects are applied to a real control plane
+// (with the garbage collector); the test plays the kubelet. It runs the
+// DaemonSet's container args as a local sweepd daemon authenticated as the
+// chart's ServiceAccount, and the hook Job's args as a local sweepd
+// uninstall authenticated as the hook's ServiceAccount, copying the cleanup
+// ConfigMap into the daemon's directory as the kubelet would mount it. The
+// API server's audit log must show no request of either refused.
+func TestChartUninstallFlow(t *testing.T) {
+	cp := controlplane.Start(t, controlplane.WithControllerManager())
+	cs := cp.Clientset(t)
+	ctx := t.Context()
+	kubectl := tool(t, "kubectl")
+	k := func(stdin string, args ...string) string {
+		return runTool(t, strings.NewReader(stdin), kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What the uninstall deletes.
+	k(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: multus-leftover, namespace: kube-system}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: bystander, namespace: kube-system}
+`, "apply", "-f", "-")
+
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(chartUninstallValues), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := renderChart(t, "--values", values)
+	objs := decodeObjects(t, manifest)
+	// Everything but the hook Job, which the test runs itself.
+	var apply []string
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		if !strings.Contains(doc, "\nkind: Job\n") {
+			apply = append(apply, doc)
+		}
+	}
+	k(strings.Join(apply, "\n---\n"), "apply", "-f", "-")
+
+	// The node: a host tree under root, as the DaemonSet mounts it at /host.
+	root := t.TempDir()
+	hostFile := filepath.Join(root, "host", "etc", "cni", "net.d", "00-multus.conf")
+	if err := os.MkdirAll(filepath.Dir(hostFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hostFile, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cleanupDir := filepath.Join(root, "etc-sweep-cleanup")
+	if err := os.MkdirAll(cleanupDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// The daemon, with the DaemonSet's args but local paths.
+	var args []string
+	for _, a := range containerArgs(t, findObject(t, objs, "DaemonSet", "sweep-e2e")) {
+		switch {
+		case a == "daemon", strings.HasPrefix(a, "--metrics-addr="), strings.HasPrefix(a, "--log-level="), strings.HasPrefix(a, "--log-format="):
+		case strings.HasPrefix(a, "--multus-dir="):
+			args = append(args, "--multus-dir="+filepath.Join(root, "multus"))
+		case strings.HasPrefix(a, "--cleanup-config-dir="):
+			args = append(args, "--cleanup-config-dir="+cleanupDir)
+		case strings.HasPrefix(a, "--state-dir="):
+			args = append(args, "--state-dir="+filepath.Join(root, "state"))
+		default:
+			args = append(args, a)
+		}
+	}
+	args = append(args, "--allowed-root="+filepath.Join(root, "host"), "--node-name=node-a")
+	t.Setenv("POD_NAME", "sweep-e2e-abcde")
+	t.Setenv("POD_NAMESPACE", chartNamespace)
+	d := startDaemon(t, serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e"), args...)
+	eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+
+	// The hook, with the Job's args and the hook ConfigMap as its source.
+	source := t.TempDir()
+	data, _, _ := unstructured.NestedStringMap(findObject(t, objs, "ConfigMap", "sweep-e2e-uninstall").Object, "data")
+	for name, content := range data {
+		if err := os.WriteFile(filepath.Join(source, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hookArgs []string
+	for _, a := range containerArgs(t, findObject(t, objs, "Job", "sweep-e2e-uninstall")) {
+		if strings.HasPrefix(a, "--source-dir=") {
+			a = "--source-dir=" + source
+		}
+		hookArgs = append(hookArgs, a)
+	}
+	hookArgs = append(hookArgs, "--kubeconfig="+serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e-uninstall"))
+	hook := exec.Command(testbin.Build(t, "./cmd/sweepd"), hookArgs...)
+	var hookOut strings.Builder
+	hook.Stdout, hook.Stderr = &hookOut, &hookOut
+	start := time.Now()
+	if err := hook.Start(); err != nil {
+		t.Fatal(err)
+	}
+	hookDone := make(chan error, 1)
+	go func() { hookDone <- hook.Wait() }()
+	t.Cleanup(func() {
+		_ = hook.Process.Kill()
+		if t.Failed() {
+			t.Logf("sweepd uninstall output:\n%s", hookOut.String())
+		}
+	})
+
+	// Play the kubelet: project the cleanup ConfigMap into the daemon's
+	// directory, with /host as the node's root.
+	eventually(t, 30*time.Second, "the cleanup ConfigMap", func() bool {
+		cm, err := cs.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "sweep-e2e-cleanup", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for name, content := range cm.Data {
+			content = strings.ReplaceAll(content, `"/host/`, `"`+filepath.Join(root, "host")+"/")
+			tmp := filepath.Join(cleanupDir, "."+name)
+			if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(cleanupDir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	})
+
+	select {
+	case err := <-hookDone:
+		if err != nil {
+			t.Fatalf("sweepd uninstall: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("sweepd uninstall still waiting after 2 min")
+	}
+	t.Logf("uninstall done in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if exists(hostFile) {
+		t.Error("the node's file is still there")
+	}
+	gone := func(err error) bool { return apierrors.IsNotFound(err) }
+	if _, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "multus-leftover", metav1.GetOptions{}); !gone(err) {
+		t.Errorf("ConfigMap kube-system/multus-leftover: %v, want deleted", err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "bystander", metav1.GetOptions{}); err != nil {
+		t.Errorf("ConfigMap kube-system/bystander: %v, want untouched", err)
+	}
+	out := k("", "get", "crd", "widgets.example.com", "--ignore-not-found")
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("CRD widgets.example.com still there: %s", out)
+	}
+	eventually(t, 30*time.Second, "the daemon's DaemonSet and RBAC to be gone", func() bool {
+		_, e1 := cs.AppsV1().DaemonSets(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e2 := cs.RbacV1().ClusterRoles().Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e3 := cs.RbacV1().ClusterRoleBindings().Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e4 := cs.CoreV1().ServiceAccounts(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e5 := cs.RbacV1().Roles(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e6 := cs.RbacV1().RoleBindings(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		return gone(e1) && gone(e2) && gone(e3) && gone(e4) && gone(e5) && gone(e6)
+	})
+
+	// Least privilege that is still enough: nothing either identity asked
+	// for was refused.
+	f, err := os.Open(cp.AuditLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	requests := map[string]int{}
+	used := map[string]bool{}
+	for sc.Scan() {
+		var ev struct {
+			Stage string `json:"stage"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			Verb           string `json:"verb"`
+			RequestURI     string `json:"requestURI"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" {
+			continue
+		}
+		if !strings.HasPrefix(ev.User.Username, "system:serviceaccount:"+chartNamespace+":sweep-e2e") {
+			continue
+		}
+		requests[ev.User.Username]++
+		used[strings.TrimPrefix(ev.User.Username, "system:serviceaccount:"+chartNamespace+":")+" "+ev.Verb+" "+strings.Split(ev.RequestURI, "?")[0]] = true
+		if ev.ResponseStatus.Code == 403 {
+			t.Errorf("refused: %s %s %s", ev.User.Username, ev.Verb, ev.RequestURI)
+		}
+	}
+	t.Logf("requests by identity: %v", requests)
+	// What the identities used, for whoever trims the chart's RBAC next.
+	t.Logf("requests made:\n%s", strings.Join(slices.Sorted(maps.Keys(used)), "\n"))
+	if len(requests) != 2 {
+		t.Errorf("requests by identity %v: want the daemon's and the hook's", requests)
+	}
+}
