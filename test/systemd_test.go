@@ -53,6 +53,31 @@ func TestSystemdUnitVerify(t *testing.T) {
 	}
 }
 
+// TestSystemdEnvFile checks that the example environment file's
+// SWEEPD_ARGS, split on white space as systemd splits $SWEEPD_ARGS, are
+// flags sweepd daemon accepts: it gets past flag parsing (exit 1 for the
+// missing kubeconfig, not 2 for usage).
+func TestSystemdEnvFile(t *testing.T) {
+	data, err := os.ReadFile("../systemd/sweepd.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "SWEEPD_ARGS="); ok {
+			args = strings.Fields(v)
+		}
+	}
+	if len(args) == 0 {
+		t.Fatal("sweepd.env sets no SWEEPD_ARGS")
+	}
+	cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), append(append([]string{"daemon"}, args...), "--node-name=node-a", "--kubeconfig=/nonexistent/kubeconfig")...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no kubernetes access") {
+		t.Fatalf("sweepd daemon %s: %v, want exit 1 for the missing kubeconfig:\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 // TestSystemdUnitSecurity keeps the unit's hardening: exposure at most 2.0 on
 // systemd-analyze's scale, where the unhardened units of node_exporter,
 // containerd and node-problem-detector score about 9.
