@@ -28,7 +28,7 @@ type daemonProc struct {
 	done chan error
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +38,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startDaemon(t *testing.T, kubeconfig string, args ...string) *daemonProc {
+func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
@@ -77,7 +77,7 @@ func (d *daemonProc) get(path string) (int, string) {
 }
 
 // metric returns the value of one series from /metrics, or -1.
-func (d *daemonProc) metric(t *testing.T, series string) float64 {
+func (d *daemonProc) metric(t testing.TB, series string) float64 {
 	t.Helper()
 	_, body := d.get("/metrics")
 	for _, line := range strings.Split(body, "\n") {
@@ -92,7 +92,7 @@ func (d *daemonProc) metric(t *testing.T, series string) float64 {
 	return -1
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -109,7 +109,7 @@ func exists(path string) bool {
 }
 
 // sweepdRequests counts the audit events of requests made by sweepd.
-func sweepdRequests(t *testing.T, auditLog string) int {
+func sweepdRequests(t testing.TB, auditLog string) int {
 	t.Helper()
 	f, err := os.Open(auditLog)
 	if err != nil {
