@@ -124,4 +124,3 @@ func totalRuns(b *testing.B, daemons []*daemonProc) float64 {
 	}
 	return sum
 }
-
