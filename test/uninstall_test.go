@@ -362,6 +362,9 @@ func gone(err error) bool { return apierrors.IsNotFound(err) }
 type auditEvent struct {
 	Verb      string `json:"verb"`
 	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
 	ObjectRef struct {
 		Resource, Namespace, Name string
 	} `json:"objectRef"`
@@ -440,10 +443,14 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	// The kubelets project the ConfigMap: node-b first (killed mid-way),
 	// then a and c; d much later.
 	project(t, data, killed.configDir)
-	eventually(t, 20*time.Second, "node-b's node phase under way", func() bool {
-		entries, _ := os.ReadDir(many)
-		return len(entries) < 20000
-	})
+	// The glob's matches go in reverse order: f9999 is among the first.
+	// Watch it closely, so as to kill the daemon early in its removals.
+	first := filepath.Join(many, "f9999")
+	for deadline := time.Now().Add(20 * time.Second); exists(first); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node-b's node phase did not start")
+		}
+	}
 	if err := killed.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -458,11 +465,14 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	project(t, data, r.nodes["node-c"].configDir)
 	r.startNode(t, killed)
 
+	var waitFrom, waitTo time.Time
 	t.Run("nothing cluster-wide before the late node reports", func(t *testing.T) {
 		for _, n := range []string{"node-a", "node-b", "node-c"} {
 			eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
 		}
+		waitFrom = time.Now()
 		time.Sleep(3 * time.Second) // ample time for a wrong leader to go ahead
+		waitTo = time.Now()
 		if r.reported(t, cs, late.name) {
 			t.Fatal("node-d reported without a projection")
 		}
@@ -533,6 +543,24 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		}
 		if ds[0].Received.Before(lastResource) {
 			t.Errorf("DaemonSet deleted at %s, before the last resource at %s", ds[0].Received, lastResource)
+		}
+	})
+
+	t.Run("waiting daemons watch, they do not poll", func(t *testing.T) {
+		// While the barrier waits for node-d, the followers hold watches
+		// and the leader renews its Lease (a GET and an update every
+		// half second with --cleanup-lease-duration=3s).
+		n := 0
+		byVerb := map[string]int{}
+		for _, ev := range evs {
+			if ev.User.Username == "system:serviceaccount:"+r.ns+":"+r.name && ev.Received.After(waitFrom) && ev.Received.Before(waitTo) {
+				n++
+				byVerb[ev.Verb+" "+ev.ObjectRef.Resource]++
+			}
+		}
+		t.Logf("%d API requests by the four daemons in %s of waiting: %v", n, waitTo.Sub(waitFrom).Round(time.Millisecond), byVerb)
+		if n > 20 {
+			t.Errorf("%d requests in %s of waiting, want at most 20", n, waitTo.Sub(waitFrom))
 		}
 	})
 

@@ -16,7 +16,8 @@ import (
 // avoids. A candidate takes the Lease when it is free, its own (a restarted
 // leader takes it back at once: the identity is the node name) or has not
 // changed for the holder's leaseDurationSeconds, measured on the
-// candidate's own clock so that clock skew does not matter. The leader
+// candidate's own clock so that clock skew does not matter. Candidates
+// watch the Lease rather than poll it (see Coordinator.follow). The leader
 // renews every retry period and steps down when it could not renew for
 // renewDeadline, which is shorter than the lease duration, so it has
 // stopped before anyone else may take over. The Lease is owned by the
@@ -36,15 +37,39 @@ type elector struct {
 func (e *elector) renewDeadline() time.Duration { return e.duration * 2 / 3 }
 func (e *elector) retryPeriod() time.Duration   { return e.duration / 6 }
 
-// run waits to be elected, then calls lead with a context that ends when
-// leadership is lost or ctx ends, and releases the Lease when lead returns.
-// elected is false if ctx ended first.
-func (e *elector) run(ctx context.Context, lead func(context.Context) bool) (elected, result bool) {
-	for !e.try(ctx) {
-		if !sleep(ctx, e.retryPeriod()) {
-			return false, false
-		}
+// observe records the Lease as a candidate sees it (from a watch): the
+// expiry is measured from the last time its resourceVersion changed.
+func (e *elector) observe(u *unstructured.Unstructured, now time.Time) {
+	if rv := u.GetResourceVersion(); rv != e.observedRV {
+		e.observedRV, e.observedAt = rv, now
 	}
+}
+
+// takeable reports whether the Lease u (nil: absent) may be taken now, and
+// otherwise when to look again.
+func (e *elector) takeable(u *unstructured.Unstructured, now time.Time) (bool, time.Time) {
+	if u == nil {
+		return true, time.Time{}
+	}
+	e.observe(u, now)
+	holder, _, _ := unstructured.NestedString(u.Object, "spec", "holderIdentity")
+	if holder == "" || holder == e.identity {
+		return true, time.Time{}
+	}
+	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
+	held := time.Duration(secs) * time.Second
+	if held <= 0 {
+		held = e.duration
+	}
+	expiry := e.observedAt.Add(held)
+	return !now.Before(expiry), expiry
+}
+
+// lead calls fn with a context that ends when leadership is lost (the Lease
+// could not be renewed for renewDeadline) or ctx ends, renewing the Lease
+// meanwhile, and releases the Lease when fn returns. The caller has just
+// acquired the Lease with try.
+func (e *elector) lead(ctx context.Context, fn func(context.Context) bool) bool {
 	e.log.Info("elected to run the cluster phase", "lease", e.name)
 	leaderCtx, cancel := context.WithCancel(ctx)
 	renewed := make(chan struct{})
@@ -66,11 +91,11 @@ func (e *elector) run(ctx context.Context, lead func(context.Context) bool) (ele
 			}
 		}
 	}()
-	result = lead(leaderCtx)
+	result := fn(leaderCtx)
 	cancel()
 	<-renewed
 	e.release()
-	return true, result
+	return result
 }
 
 // try acquires or renews the Lease once.
@@ -93,18 +118,10 @@ func (e *elector) try(ctx context.Context) bool {
 		e.log.Debug("leader election: get lease", "err", err)
 		return false
 	}
-	if rv := u.GetResourceVersion(); rv != e.observedRV {
-		e.observedRV, e.observedAt = rv, now
-	}
-	holder, _, _ := unstructured.NestedString(u.Object, "spec", "holderIdentity")
-	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
-	held := time.Duration(secs) * time.Second
-	if held <= 0 {
-		held = e.duration
-	}
-	if holder != "" && holder != e.identity && now.Before(e.observedAt.Add(held)) {
+	if ok, _ := e.takeable(u, now); !ok {
 		return false
 	}
+	holder, _, _ := unstructured.NestedString(u.Object, "spec", "holderIdentity")
 	if holder != e.identity {
 		n, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseTransitions")
 		_ = unstructured.SetNestedField(u.Object, n+1, "spec", "leaseTransitions")

@@ -77,21 +77,35 @@ func (s *status) set(ctx context.Context, phase, missing, msg string) error {
 	return nil
 }
 
-// informer lists and watches gvr in the DaemonSet's namespace with a label
-// selector, through the dynamic client.
-func (c *Coordinator) informer(gvr schema.GroupVersionResource, sel labels.Selector) cache.SharedIndexInformer {
+// informer lists and watches leases, pods or DaemonSets in the
+// DaemonSet's namespace through the dynamic client, with list options set
+// by tweak.
+func (c *Coordinator) informer(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
 	ri := c.dc.Resource(gvr).Namespace(c.cfg.Namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel.String()
+			tweak(&o)
 			return ri.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel.String()
+			tweak(&o)
 			return ri.Watch(ctx, o)
 		},
 	}
 	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+}
+
+func withLabels(sel labels.Selector) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
+}
+
+// notifier pokes ch on every change an informer sees.
+func notifier(ch chan struct{}) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke(ch) },
+		UpdateFunc: func(any, any) { poke(ch) },
+		DeleteFunc: func(any) { poke(ch) },
+	}
 }
 
 func unstructuredItems(objs []any) []*unstructured.Unstructured {
@@ -111,16 +125,11 @@ func unstructuredItems(objs []any) []*unstructured.Unstructured {
 func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h string, ds *daemonSet) (BarrierState, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pods := c.informer(podGVR, ds.Selector)
-	leases := c.informer(leaseGVR, labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name), LabelRole: roleNode}))
+	pods := c.informer(podGVR, withLabels(ds.Selector))
+	leases := c.informer(leaseGVR, withLabels(labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name), LabelRole: roleNode})))
 	changed := make(chan struct{}, 1)
-	notify := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(changed) },
-		UpdateFunc: func(any, any) { poke(changed) },
-		DeleteFunc: func(any) { poke(changed) },
-	}
 	for _, inf := range []cache.SharedIndexInformer{pods, leases} {
-		if _, err := inf.AddEventHandler(notify); err != nil {
+		if _, err := inf.AddEventHandler(notifier(changed)); err != nil {
 			return BarrierState{}, err
 		}
 		go inf.RunWithContext(ctx)

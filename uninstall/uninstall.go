@@ -17,16 +17,18 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sweep-k8s/sweep/cleanup"
@@ -370,56 +372,95 @@ func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, fa
 }
 
 // elect takes part in the leader election until the cleanup of h is over:
-// the leader runs the cluster phase; the others wait and take over if the
-// leader dies. It returns true when the cleanup is over (done by us or by
-// another daemon, or the DaemonSet is gone), false when ctx ended.
+// the leader runs the cluster phase; the others follow (watching) and take
+// over if the leader dies. It returns true when the cleanup is over (done by
+// us or by another daemon, or the DaemonSet is gone), false when ctx ended.
 func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) bool {
 	e := &elector{
 		leases: c.leases(), ds: ds, name: LeaderLeaseName(ds.Name), identity: c.cfg.NodeName,
 		duration: c.cfg.LeaseDuration, log: log,
 	}
 	for ctx.Err() == nil {
-		var over atomic.Bool
-		electCtx, cancel := context.WithCancel(ctx)
-		followerDone := make(chan struct{})
-		go func() {
-			defer close(followerDone)
-			// A follower stops when the leader has reached the
-			// self-cleanup or the DaemonSet is gone.
-			if c.waitOver(electCtx, h, ds.UID) {
-				over.Store(true)
-				cancel()
-			}
-		}()
-		elected, result := e.run(electCtx, func(lctx context.Context) bool { return c.lead(lctx, log, h, ds, entries) })
-		cancel()
-		<-followerDone
-		if result || over.Load() {
+		over, err := c.follow(ctx, log, e, h, ds.UID)
+		if over {
 			return true
 		}
-		if elected && ctx.Err() == nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			log.Warn("cannot follow the leader election; retrying", "err", err)
+			sleep(ctx, retryInterval)
+			continue
+		}
+		if !e.try(ctx) {
+			continue // another candidate was faster
+		}
+		if e.lead(ctx, func(lctx context.Context) bool { return c.lead(lctx, log, h, ds, entries) }) {
+			return true
+		}
+		if ctx.Err() == nil {
 			log.Info("leadership lost; standing for election again")
 		}
 	}
 	return false
 }
 
-// waitOver polls until the status says the leader has reached the
-// self-cleanup of content h or the DaemonSet (with uid) is gone. Two GETs
-// per interval per follower.
-func (c *Coordinator) waitOver(ctx context.Context, h string, uid types.UID) bool {
-	interval := c.cfg.LeaseDuration / 3
-	for sleep(ctx, interval) {
-		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Namespace).Get(ctx, c.cfg.DaemonSet, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && (u.GetUID() != uid || u.GetDeletionTimestamp() != nil)) {
-			return true
+// follow watches the coordination Leases and the DaemonSet until the cleanup
+// of h is over (the leader has reached the self-cleanup, or the DaemonSet
+// with uid is gone: over is true) or the leader Lease may be taken (free,
+// ours, or not renewed within its duration). Watching rather than polling
+// keeps the cost of thousands of waiting daemons to one watch each of the
+// API server's watch cache.
+func (c *Coordinator) follow(ctx context.Context, log *slog.Logger, e *elector, h string, uid types.UID) (over bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leases := c.informer(leaseGVR, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(c.cfg.DaemonSet)}).String() +
+			"," + LabelRole + " in (" + roleLeader + "," + roleStatus + ")"
+	})
+	dss := c.informer(DaemonSetGVR, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.DaemonSet).String()
+	})
+	changed := make(chan struct{}, 1)
+	for _, inf := range []cache.SharedIndexInformer{leases, dss} {
+		if _, err := inf.AddEventHandler(notifier(changed)); err != nil {
+			return false, err
 		}
-		st, err := c.leases().Get(ctx, StatusLeaseName(c.cfg.DaemonSet), metav1.GetOptions{})
-		if err == nil && st.GetAnnotations()[AnnotationContent] == h && st.GetAnnotations()[AnnotationPhase] == PhaseSelf {
-			return true
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, dss.HasSynced) {
+		return false, ctx.Err()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var leader *unstructured.Unstructured
+		for _, l := range unstructuredItems(leases.GetStore().List()) {
+			a := l.GetAnnotations()
+			switch {
+			case l.GetName() == StatusLeaseName(c.cfg.DaemonSet) && a[AnnotationContent] == h && a[AnnotationPhase] == PhaseSelf:
+				return true, nil
+			case l.GetName() == e.name:
+				leader = l
+			}
+		}
+		items := unstructuredItems(dss.GetStore().List())
+		if len(items) == 0 || items[0].GetUID() != uid || items[0].GetDeletionTimestamp() != nil {
+			return true, nil
+		}
+		ok, expiry := e.takeable(leader, time.Now())
+		if ok {
+			return false, nil
+		}
+		timer.Reset(time.Until(expiry) + 10*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-changed:
+		case <-timer.C:
 		}
 	}
-	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
