@@ -472,3 +472,62 @@ tests:
 func runtimeConvert(in map[string]any, out any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(in, out)
 }
+
+// TestChartValuesDocumented checks that every value in values.yaml has a
+// "# --" comment, on itself or on the map it belongs to, and that the
+// chart's own keys are in values.schema.json.
+func TestChartValuesDocumented(t *testing.T) {
+	data, err := os.ReadFile(chartDir + "/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := os.ReadFile(chartDir + "/values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := regexp.MustCompile(`^( *)([A-Za-z][A-Za-z0-9]*):`)
+	type level struct {
+		indent     int
+		documented bool
+	}
+	var stack []level // the maps the current line is in
+	commented := false
+	for i, l := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(trimmed, "# --"):
+			commented = true
+			continue
+		case strings.HasPrefix(trimmed, "#"):
+			continue
+		case trimmed == "":
+			commented = false
+			continue
+		}
+		m := key.FindStringSubmatch(l)
+		if m == nil {
+			continue // a list item or a continuation
+		}
+		indent := len(m[1])
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		inherited := false
+		for _, s := range stack {
+			inherited = inherited || s.documented
+		}
+		documented := commented || inherited
+		value := strings.TrimSpace(strings.TrimPrefix(trimmed, m[2]+":"))
+		if value == "" { // a map: its keys may be documented one by one
+			stack = append(stack, level{indent, documented})
+		} else if !documented {
+			t.Errorf("values.yaml:%d: %s has no # -- comment", i+1, m[2])
+		}
+		// Keys inside a documented Kubernetes object (resources.requests.cpu)
+		// are the API's, typed as an object by the schema.
+		if (commented || !inherited) && !strings.Contains(string(schema), `"`+m[2]+`"`) {
+			t.Errorf("values.yaml:%d: %s is not in values.schema.json", i+1, m[2])
+		}
+		commented = false
+	}
+}

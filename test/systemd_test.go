@@ -133,7 +133,9 @@ func notifySocket(t *testing.T) (string, <-chan string) {
 func TestDaemonSystemdNotify(t *testing.T) {
 	cp := controlplane.Start(t)
 	addr, msgs := notifySocket(t)
-	const watchdog = 400 * time.Millisecond
+	// Pings every 500 ms; a gap of a full second would get the daemon
+	// restarted. Generous for a loaded two-core CI machine.
+	const watchdog = time.Second
 	t.Setenv("NOTIFY_SOCKET", addr)
 	t.Setenv("WATCHDOG_USEC", strconv.Itoa(int(watchdog/time.Microsecond)))
 
@@ -158,9 +160,9 @@ waiting:
 			break waiting
 		}
 	}
-	// 5 s at one ping per 200 ms, less the start-up.
-	if len(pings) < 10 {
-		t.Fatalf("%d watchdog pings in 5 s, want about 25", len(pings))
+	// 5 s at one ping per 500 ms, less the start-up.
+	if len(pings) < 5 {
+		t.Fatalf("%d watchdog pings in 5 s, want about 10", len(pings))
 	}
 	gaps := make([]time.Duration, 0, len(pings))
 	for i := 1; i < len(pings); i++ {
