@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -322,7 +323,8 @@ func (r *release) runUninstall(t *testing.T, timeout string) (*exec.Cmd, *string
 	code := make(chan int, 1)
 	go func() {
 		err := cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			code <- ee.ExitCode()
 			return
 		}

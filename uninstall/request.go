@@ -113,7 +113,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 		}
 		select {
 		case <-ctx.Done():
-			if ctx.Err() == context.DeadlineExceeded {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return timeoutError(context.WithoutCancel(ctx), dc, ds, h, lastPhase)
 			}
 			return ctx.Err()

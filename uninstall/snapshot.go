@@ -46,8 +46,8 @@ func ContentHash(fileConfig, resourceConfig []byte) string {
 			hdr[0] = 1
 		}
 		binary.BigEndian.PutUint64(hdr[1:], uint64(len(b)))
-		h.Write(hdr[:])
-		h.Write(b)
+		_, _ = h.Write(hdr[:]) // a hash never fails to write
+		_, _ = h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

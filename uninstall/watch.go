@@ -49,7 +49,7 @@ func Watch(ctx context.Context, dir string, opts WatchOptions, out chan<- Snapsh
 	if err != nil {
 		return fmt.Errorf("fsnotify: %w", err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 
 	watching := false
 	addWatch := func() {
