@@ -303,6 +303,38 @@ func TestChartApply(t *testing.T) {
 		})
 	}
 
+	// helm's own server-side dry run, which also renders NOTES.txt. On a
+	// copy of the chart without kubeVersion: the harness's kube-apiserver,
+	// built without version stamps, reports v0.0.0-master, which
+	// ">=1.29.0-0" refuses.
+	chartCopy := filepath.Join(t.TempDir(), "sweep")
+	runTool(t, nil, "cp", "-r", chartDir, chartCopy)
+	chartYAML := filepath.Join(chartCopy, "Chart.yaml")
+	meta, err := os.ReadFile(chartYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta = regexp.MustCompile(`(?m)^kubeVersion:.*$`).ReplaceAll(meta, nil)
+	if err := os.WriteFile(chartYAML, meta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flags []string
+		want  []string
+	}{
+		{nil, []string{"DaemonSet rel-sweep in namespace sweep-system", "rollout status daemonset/rel-sweep", "port 9742"}},
+		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
+	} {
+		args := append([]string{"install", chartRelease, chartCopy, "--namespace", chartNamespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)
+		out := runTool(t, nil, tool(t, "helm"), args...)
+		notes := out[strings.Index(out, "NOTES:"):]
+		for _, w := range c.want {
+			if !strings.Contains(notes, w) {
+				t.Errorf("helm install %v: NOTES lack %q:\n%s", c.flags, w, notes)
+			}
+		}
+	}
+
 	// Install the all-options render for real (hooks included, as if the
 	// uninstall were running) and check the daemon's rights, least privilege.
 	manifest := renderChart(t, "--values", chartAllValues)
