@@ -408,6 +408,21 @@ func TestChartApply(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a pod from the DaemonSet's template is rejected: %v", err)
 	}
+
+	// As the README says: the baseline Pod Security level refuses it
+	// (hostPath), so the namespace needs the privileged level.
+	baseline := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sweep-baseline", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), baseline, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(baseline.Name).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: pod.Spec.ServiceAccountName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.Namespace = baseline.Name
+	_, err = cs.CoreV1().Pods(baseline.Name).Create(t.Context(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "hostPath") {
+		t.Errorf("pod in a baseline namespace: %v, want forbidden for hostPath", err)
+	}
 }
 
 // TestChartPrometheusRules checks the rendered alerts with promtool: the
