@@ -8,7 +8,7 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube test vet demo clean docs
+.PHONY: all build kube test vet lint demo clean docs
 
 all: build
 
@@ -23,7 +23,13 @@ kube:
 vet:
 	$(GO) vet ./...
 
-test: kube vet
+# golangci-lint, built from the module proxy like the harness binaries;
+# configuration in .golangci.yml.
+lint:
+	hack/build-tools.sh lint
+	$$(hack/build-tools.sh lint-path) run ./...
+
+test: kube vet lint
 	$(GO) test $(TESTFLAGS) ./...
 
 clean:

@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	pathvalidation "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -233,7 +233,7 @@ func validateEntry(e ResourceEntry) error {
 		}
 	}
 	if e.Name != "" {
-		if errs := pathvalidation.IsValidPathSegmentName(e.Name); len(errs) > 0 {
+		if errs := content.IsPathSegmentName(e.Name); len(errs) > 0 {
 			return fmt.Errorf("name %q: %s", e.Name, strings.Join(errs, "; "))
 		}
 	}

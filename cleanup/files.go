@@ -97,7 +97,7 @@ func RemoveFiles(ctx context.Context, paths []string, opts FileOptions, sum *Sum
 	opened := map[string]*os.Root{}
 	defer func() {
 		for _, r := range opened {
-			r.Close()
+			_ = r.Close()
 		}
 	}()
 	for _, p := range paths {

@@ -5,7 +5,7 @@
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|etcd|helm|lint|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -59,10 +59,21 @@ helm() {
 	build "$tools/helm" helm.sh/helm/v3/cmd/helm "$cache/helm-$v"
 }
 
+lint() {
+	local v
+	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$cache/golangci-lint-$v"
+}
+
 case ${1:-all} in
 kube) kube ;;
 etcd) etcd ;;
 helm) helm ;;
-all) etcd; kube; helm ;;
-*) echo "usage: $0 [kube|etcd|helm|all]" >&2; exit 2 ;;
+lint) lint ;;
+lint-path) # where `lint` puts the binary, for the Makefile
+	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
+	echo "$cache/golangci-lint-$v/golangci-lint" ;;
+all) etcd; kube; helm; lint ;;
+*) echo "usage: $0 [kube|etcd|helm|lint|all]" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -57,7 +58,7 @@ func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	go func() { d.done <- cmd.Wait(); logFile.Close() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-d.done
+		<-d.done //nolint:errcheck // killed on purpose: its exit status means nothing
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
 			t.Logf("sweepd log:\n%s", data)
@@ -275,8 +276,8 @@ func TestDaemonInvalidSchedule(t *testing.T) {
 	cmd := exec.Command(sweepd, "daemon", "--node-name=n", "--kubeconfig=/dev/null", "--schedule=every hour")
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	out, err := cmd.CombinedOutput()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "invalid schedule") {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "invalid schedule") {
 		t.Fatalf("err %v, output:\n%s", err, out)
 	}
 }

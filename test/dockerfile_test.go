@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -191,7 +192,7 @@ func TestDockerfileBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			t.Error("the binary has a program interpreter: not static")
@@ -240,7 +241,7 @@ func TestDockerfileBuild(t *testing.T) {
 	// A bad flag: exit 2 either way.
 	for _, args := range [][]string{{cleanup, "--no-such-flag"}, {sweepd, "cleanup", "--no-such-flag"}} {
 		err := exec.Command(args[0], args[1:]...).Run()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 {
 			t.Errorf("%v: %v, want exit status 2", args, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,9 +157,7 @@ func TestPruneEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, e := range []string{link, "results/net-" + link + "-eth0", "notes.txt"} {
-		c.want = append(c.want, e)
-	}
+	c.want = append(c.want, link, "results/net-"+link+"-eth0", "notes.txt")
 	dirs, _ := filepath.Glob(filepath.Join(c.dir, "*"))
 	for _, d := range dirs {
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && filepath.Base(d) != "results" {
@@ -174,7 +173,8 @@ func TestPruneEndToEnd(t *testing.T) {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatal(err)

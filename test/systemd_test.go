@@ -1,6 +1,7 @@
 package test
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -73,7 +74,7 @@ func TestSystemdEnvFile(t *testing.T) {
 	}
 	cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), append(append([]string{"daemon"}, args...), "--node-name=node-a", "--kubeconfig=/nonexistent/kubeconfig")...)
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no kubernetes access") {
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "no kubernetes access") {
 		t.Fatalf("sweepd daemon %s: %v, want exit 1 for the missing kubeconfig:\n%s", strings.Join(args, " "), err, out)
 	}
 }
@@ -110,7 +111,7 @@ func notifySocket(t *testing.T) (string, <-chan string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	msgs := make(chan string, 1000)
 	go func() {
 		buf := make([]byte, 4096)
@@ -144,8 +145,8 @@ func TestDaemonSystemdNotify(t *testing.T) {
 	// Only the daemon may talk to the socket: the restarted kube-apiserver
 	// inherits the environment and would send its own READY=1 (systemd's
 	// NotifyAccess=main drops such messages).
-	os.Unsetenv("NOTIFY_SOCKET")
-	os.Unsetenv("WATCHDOG_USEC")
+	_ = os.Unsetenv("NOTIFY_SOCKET")
+	_ = os.Unsetenv("WATCHDOG_USEC")
 	var pings []time.Time
 	deadline := time.After(5 * time.Second)
 waiting:

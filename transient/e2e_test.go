@@ -194,7 +194,7 @@ func (c *cluster) start(t *testing.T, kubeconfig string, args ...string) *run {
 		}
 	}()
 	t.Cleanup(func() {
-		r.cmd.Process.Kill()
+		_ = r.cmd.Process.Kill()
 		<-r.done
 	})
 	return r

@@ -54,7 +54,7 @@ func TestSystemdNotifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	msgs := make(chan string, 100)
 	go func() {
 		buf := make([]byte, 256)

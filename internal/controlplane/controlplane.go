@@ -289,7 +289,7 @@ func (cp *ControlPlane) waitReady() error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready after %s (last error: %v):\n%s", readyTimeout, err, cp.apiserver.logTail(20))
+			return fmt.Errorf("kube-apiserver not ready after %s (last error: %w):\n%s", readyTimeout, err, cp.apiserver.logTail(20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

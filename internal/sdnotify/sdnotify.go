@@ -55,7 +55,7 @@ func (n *Notifier) Notify(state string) error {
 	if err != nil {
 		return fmt.Errorf("sdnotify: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	if _, err := conn.Write([]byte(state)); err != nil {
 		return fmt.Errorf("sdnotify: send %q: %w", state, err)
 	}

@@ -25,7 +25,7 @@ func listen(t *testing.T, abstract bool) (string, *net.UnixConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	return addr, conn
 }
 
