@@ -224,3 +224,22 @@ func FuzzSandboxIDFromResultsName(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSandboxID checks the scratch-file name rule: phase 2 judges a
+// scratch file by its name alone, so a name is a sandbox exactly when it is
+// 64 lowercase hex digits, and the ID prints back as the same name.
+func FuzzParseSandboxID(f *testing.F) {
+	f.Add(liveSandbox)
+	f.Add(strings.ToUpper(liveSandbox))
+	f.Add(liveSandbox + "\n")
+	f.Fuzz(func(t *testing.T, name string) {
+		id, ok := ParseSandboxID(name)
+		want := len(name) == 64 && strings.Trim(name, "0123456789abcdef") == ""
+		if ok != want {
+			t.Fatalf("ParseSandboxID(%q) ok = %v, want %v", name, ok, want)
+		}
+		if ok && id.String() != name {
+			t.Fatalf("ParseSandboxID(%q) prints as %s", name, id)
+		}
+	})
+}
