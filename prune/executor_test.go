@@ -339,3 +339,84 @@ func TestRunHostileNames(t *testing.T) {
 		t.Fatalf("summary %+v", sum)
 	}
 }
+
+// mountTmpfs mounts a fresh tmpfs with the given options on a temporary
+// directory and unmounts it when the test ends. It needs root, as the tests
+// of this package are run.
+func mountTmpfs(t *testing.T, opts string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "sweep-test", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs (the test needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+// TestRunReadOnlyFilesystem: on a filesystem remounted read-only every
+// removal fails; each failure is counted, every file is still visited, and
+// the run ends normally with nothing removed.
+func TestRunReadOnlyFilesystem(t *testing.T) {
+	mnt := mountTmpfs(t, "size=4m,mode=0700")
+	dir := filepath.Join(mnt, "multus")
+	if err := multuscache.Node(dir, 20, nil, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{dir: dir}
+	before := tr.all(t)
+	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := sum.Scanned[prune.PhaseResults]
+	if results == 0 || sum.Errors != results || sum.Kept[prune.ReasonError] != results {
+		t.Fatalf("scanned %d results files, errors %d, kept %v; want one error per results file", results, sum.Errors, sum.Kept)
+	}
+	// Each scratch file is still named by its kept results files.
+	if sum.Kept[prune.ReasonSandboxReferenced] != sum.Scanned[prune.PhaseScratch] || sum.Removed[prune.PhaseScratch] != 0 {
+		t.Fatalf("scratch: %+v", sum)
+	}
+	if after := tr.all(t); after != before {
+		t.Fatalf("the tree changed on a read-only filesystem")
+	}
+}
+
+// TestRunInodesExhausted is the state users find their nodes in: the cache
+// filesystem has no free inode left. Removal needs none, so the prune works
+// and gives the inodes back.
+func TestRunInodesExhausted(t *testing.T) {
+	mnt := mountTmpfs(t, "size=16m,nr_inodes=400,mode=0700")
+	dir := filepath.Join(mnt, "multus")
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: "uid-live"}
+	old := time.Now().Add(-time.Hour)
+	if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), live, multuscache.DefaultAttachments(), old); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := 0; err == nil; i++ {
+		_, err = multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, multuscache.DefaultAttachments(), old)
+		if i > 1000 {
+			t.Fatal("the filesystem never filled up")
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the filesystem: %v, want ENOSPC", err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil || st.Ffree != 0 {
+		t.Fatalf("free inodes %d (%v), want 0", st.Ffree, err)
+	}
+	sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: "uid-live"}}), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Errors != 0 || sum.Removed[prune.PhaseResults] == 0 || sum.Kept[prune.ReasonPodLive] != 2 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if err := syscall.Statfs(mnt, &st); err != nil || st.Ffree < 300 {
+		t.Fatalf("free inodes after the prune: %d (%v)", st.Ffree, err)
+	}
+}
