@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,4 +259,94 @@ func TestPruneEndToEnd(t *testing.T) {
 			t.Fatalf("%d requests from sweepd, want 2", n)
 		}
 	})
+}
+
+// TestPrunePermissionDenied runs sweepd prune as an unprivileged user over
+// a cache it owns, with a few entries it may not read: each of those is
+// kept and counted as an error, the rest of the run goes on, and the exit
+// code says that something could not be done.
+func TestPrunePermissionDenied(t *testing.T) {
+	const nobody = 65534
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+
+	// The user must be able to reach the cache and the kubeconfig.
+	base := t.TempDir()
+	for d := base; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeconfig, bin := filepath.Join(base, "kubeconfig"), filepath.Join(base, "sweepd")
+	for _, f := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{{cp.Kubeconfig, kubeconfig, 0o644}, {sweepd, bin, 0o755}} {
+		data, err := os.ReadFile(f.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f.to, data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	old := time.Now().Add(-time.Hour)
+	c := &cacheTree{dir: filepath.Join(base, "multus")}
+	live := createPod(t, cs, "default", "live", "node-a")
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "live", UID: live}, old, true)
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, old, false)
+	// A stale sandbox whose results files the user may not read: kept, and
+	// they keep the sandbox's scratch file.
+	locked := c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone-2", UID: "uid-gone-2"}, old, true)
+	// A directory the user may not enter is not ours: kept, never entered.
+	private := filepath.Join(c.dir, "results", "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.want = append(c.want, "results/private")
+	sort.Strings(c.want)
+	err := filepath.WalkDir(c.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || path == private {
+			return err
+		}
+		if strings.Contains(path, "/results/") && strings.Contains(path, locked) {
+			return nil // stays root's, mode 0600
+		}
+		return os.Lchown(path, nobody, nobody)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "prune", "--node-name=node-a", "--multus-dir="+c.dir, "--min-age=15m", "--kubeconfig="+kubeconfig, "--output=json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("sweepd prune as uid %d: %v\n%s%s", nobody, err, out, stderr.String())
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want 1", err)
+	}
+	var sum struct {
+		Removed map[string]int `json:"removed"`
+		Kept    map[string]int `json:"kept"`
+		Errors  int            `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &sum); err != nil {
+		t.Fatal(err)
+	}
+	atts := len(multuscache.DefaultAttachments())
+	if sum.Errors != atts || sum.Kept["error"] != atts || sum.Removed["results"] != atts || sum.Removed["scratch"] != 1 {
+		t.Fatalf("summary %+v, want %d errors and one sandbox removed", sum, atts)
+	}
+	if !strings.Contains(stderr.String(), "permission denied") {
+		t.Fatal("the errors were not logged")
+	}
+	if got, want := strings.Join(c.remaining(t), "\n"), strings.Join(c.want, "\n"); got != want {
+		t.Fatalf("remaining:\n%s\n\nwant:\n%s", got, want)
+	}
 }
