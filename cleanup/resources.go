@@ -2,7 +2,9 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"strings"
@@ -15,9 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 )
 
 // Defaults of ResourceOptions, spectro-cleanup's where it has one.
@@ -195,7 +200,11 @@ func (d *deleter) target(ctx context.Context, t Target) {
 		lister = ri
 	)
 	if e.Name != "" {
-		obj, err := ri.Get(ctx, e.Name, metav1.GetOptions{})
+		var obj *unstructured.Unstructured
+		err := retryTransient(ctx, func() (err error) {
+			obj, err = ri.Get(ctx, e.Name, metav1.GetOptions{})
+			return err
+		})
 		if apierrors.IsNotFound(err) {
 			d.record(t, objName(t, objRef{namespace: e.Namespace, name: e.Name}), Skipped, "not found")
 			return
@@ -209,8 +218,10 @@ func (d *deleter) target(ctx context.Context, t Target) {
 		wopts.FieldSelector = fields.OneTermEqualSelector("metadata.name", e.Name).String()
 	} else {
 		wopts.LabelSelector = e.LabelSelector
-		var err error
-		refs, rv, err = listAll(ctx, lister, wopts)
+		err := retryTransient(ctx, func() (err error) {
+			refs, rv, err = listAll(ctx, lister, wopts)
+			return err
+		})
 		if err != nil {
 			d.record(t, e.String(), Failed, "list: "+err.Error())
 			return
@@ -324,7 +335,12 @@ func (d *deleter) deleteAll(ctx context.Context, t Target, refs []objRef) map[ty
 			if d.opts.DryRun {
 				opts.DryRun = []string{metav1.DryRunAll}
 			}
-			err := d.resourceInterface(t, ref.namespace).Delete(ctx, ref.name, opts)
+			// The UID precondition makes a repeated delete safe: if the
+			// first one went through before the connection broke, the
+			// retry finds the object gone.
+			err := retryTransient(ctx, func() error {
+				return d.resourceInterface(t, ref.namespace).Delete(ctx, ref.name, opts)
+			})
 			switch {
 			case err == nil:
 				mu.Lock()
@@ -496,6 +512,26 @@ func ParseGVR(s string) (schema.GroupVersionResource, error) {
 		return schema.GroupVersionResource{}, fmt.Errorf("%w: %q is not group/version/resource (\"/v1/pods\" for the core group)", ErrConfig, s)
 	}
 	return schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}, nil
+}
+
+// retryTransient runs fn again while it fails with an error that a later
+// attempt may not get. Without it, a cleanup that meets an API server
+// restart records failures and leaves objects behind for the Job's next
+// pod to find. The retries of one request span about 20 s: long enough to
+// ride out a restart, short enough that a cleanup against a server that
+// stays away still ends and reports.
+func retryTransient(ctx context.Context, fn func() error) error {
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 5 * time.Second}
+	return retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && transient(err) }, fn)
+}
+
+// transient reports errors of the connection or of an overloaded or
+// restarting server, as opposed to answers about the request.
+func transient(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
+		utilnet.IsHTTP2ConnectionLost(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // cannotWatch reports errors that retrying a list or watch will not cure.
