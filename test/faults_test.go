@@ -7,9 +7,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
 	"github.com/sweep-k8s/sweep/internal/multuscache"
@@ -197,4 +201,109 @@ func TestDaemonEtcdKilledMidPrune(t *testing.T) {
 	}
 	c := &cacheTree{dir: dir}
 	eventually(t, 90*time.Second, "the prune completed", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
+}
+
+// TestCleanupAPIServerKilledMidDelete: the API server dies while sweepd
+// cleanup is deleting and is back three seconds later. The requests cut off
+// are retried, so the run finishes the job and says so; nothing outside its
+// selector is touched; a second run (a Job's retry) finds nothing to do.
+func TestCleanupAPIServerKilledMidDelete(t *testing.T) {
+	const doomed, bystanders = 1500, 5
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ctx := t.Context()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "victims"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(i int, labels map[string]string) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%05d", i), Labels: labels}}
+		if _, err := cs.CoreV1().ConfigMaps("victims").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < doomed+bystanders; i += 8 {
+				if i < doomed {
+					create(i, map[string]string{"app": "doomed"})
+				} else {
+					create(i, map[string]string{"app": "bystander"})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	count := func(selector string) int {
+		t.Helper()
+		l, err := cs.CoreV1().ConfigMaps("victims").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+
+	configDir := t.TempDir()
+	for name, data := range map[string]string{
+		"file-config.json":     `[]`,
+		"resource-config.json": `[{"version":"v1","resource":"configmaps","namespace":"victims","labelSelector":"app=doomed"}]`,
+	} {
+		if err := os.WriteFile(filepath.Join(configDir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() *exec.Cmd {
+		cmd := exec.Command(sweepd, "cleanup", "--kubeconfig="+cp.Kubeconfig, "--config-dir="+configDir, "--deletion-timeout-seconds=20")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		t.Cleanup(func() { t.Logf("sweepd cleanup output:\n%s", lastLines(out.String(), 20)) })
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+
+	cmd := run()
+	deadline := time.Now().Add(30 * time.Second)
+	for count("app=doomed") > doomed-20 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cleanup did not start deleting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cp.KillAPIServer()
+	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
+	time.Sleep(3 * time.Second)
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	if n := count("app=doomed"); n != 0 {
+		t.Fatalf("first run exited 0 with %d of %d left", n, doomed)
+	}
+	if n := count("app=bystander"); n != bystanders {
+		t.Fatalf("%d of %d bystanders left", n, bystanders)
+	}
+
+	if err := run().Wait(); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if n := count("app=bystander"); n != bystanders {
+		t.Fatalf("%d of %d bystanders left", n, bystanders)
+	}
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
