@@ -420,3 +420,52 @@ func TestRunInodesExhausted(t *testing.T) {
 		t.Fatalf("free inodes after the prune: %d (%v)", st.Ffree, err)
 	}
 }
+
+// TestRunOversized: results files bigger than any cache file are not read
+// (a sparse 8 GiB one included) and are kept with their sandbox's scratch
+// file, whatever they contain.
+func TestRunOversized(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	pod := multuscache.Pod{Namespace: "default", Name: "x", UID: "uid-x"}
+	big, sparse := multuscache.NewSandboxID(), multuscache.NewSandboxID()
+	for _, id := range []string{big, sparse} {
+		if _, err := multuscache.Sandbox(dir, id, pod, multuscache.DefaultAttachments()[:1], old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bigFile := filepath.Join(dir, "results", "k8s-pod-network-"+big+"-eth0")
+	data, err := os.ReadFile(bigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stale cache file in every respect but its size.
+	padded := append(data[:len(data)-1:len(data)-1], []byte(`,"pad":"`+strings.Repeat("x", prune.DefaultMaxFileSize)+`"}`)...)
+	if _, err := prune.ParseCacheFile(padded); err != nil {
+		t.Fatalf("the padded file does not parse: %v", err)
+	}
+	if err := os.WriteFile(bigFile, padded, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sparseFile := filepath.Join(dir, "results", "k8s-pod-network-"+sparse+"-eth0")
+	if err := os.Truncate(sparseFile, 8<<30); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{bigFile, sparseFile} {
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := &tree{dir: dir}
+	before := tr.all(t)
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Kept[prune.ReasonTooLarge] != 2 || sum.Kept[prune.ReasonSandboxReferenced] != 2 || sum.Errors != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if tr.all(t) != before {
+		t.Fatal("an oversized file or its scratch file was removed")
+	}
+}
