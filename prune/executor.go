@@ -41,6 +41,25 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Release, when set, undoes a results file's network attachment (CNI
+	// DEL, package cnidel) right before the file is removed. A file whose
+	// Release fails is kept (ReasonCNIDelFailed) and counted as an error, so
+	// that the next run tries again; removing it would lose the only record
+	// of what to release. Never called in a dry run.
+	Release Releaser
+	// MaxReleases caps the Release calls of one run (0: no cap), which bounds
+	// a run's duration when plugins are slow. Results files beyond it are
+	// kept (ReasonCNIDelDeferred) for a later run. A dry run counts against
+	// it too, so that it reports what a real run would do.
+	MaxReleases int
+}
+
+// Releaser undoes what the CNI ADD behind a results file set up.
+type Releaser interface {
+	// Release runs CNI DEL for the attachment that data, the content of the
+	// results file name, describes. It must not touch the file itself; nil
+	// means every plugin succeeded.
+	Release(ctx context.Context, name string, data []byte) error
 }
 
 // Run prunes the cache under opts.Dir against idx. It refuses to start
@@ -67,7 +86,7 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		planner: Planner{Index: idx, Now: opts.Now(), MinAge: opts.MinAge},
 		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
-	sum := newSummary(opts.Dir, opts.DryRun)
+	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
 	err := e.run(ctx, sum)
 	sum.Duration = time.Since(start)
 	return sum, err
@@ -81,6 +100,15 @@ type executor struct {
 	// stop is set once a removal found the view unsynced; every worker then
 	// stops before its next file.
 	stop atomic.Bool
+	// releases counts the Release calls taken against MaxReleases.
+	releases atomic.Int64
+}
+
+// reserveRelease takes one of the run's Release calls; false once the cap is
+// reached.
+func (e *executor) reserveRelease() bool {
+	n := e.releases.Add(1)
+	return e.opts.MaxReleases <= 0 || n <= int64(e.opts.MaxReleases)
 }
 
 func (e *executor) run(ctx context.Context, sum *Summary) error {
@@ -186,10 +214,12 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 // worker handles files one at a time with its own read buffer and counts, so
 // workers share nothing but the stop flag.
 type worker struct {
-	e          *executor
-	ctx        context.Context
-	phase      Phase
-	buf        []byte
+	e     *executor
+	ctx   context.Context
+	phase Phase
+	buf   []byte
+	// raw is the content of the results file being handled, a slice of buf.
+	raw        []byte
 	counts     counts
 	referenced map[SandboxID]struct{}
 }
@@ -205,6 +235,7 @@ func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
 
 func (w *worker) results(dirfd int, name string, typ os.FileMode) {
 	w.counts.scanned[PhaseResults]++
+	w.raw = nil
 	re := ResultsEntry{Entry: Entry{Name: name}}
 	var d Decision
 	st, err := w.read(dirfd, name, typ, &re)
@@ -273,7 +304,8 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	if err != nil {
 		return st, err
 	}
-	cf, err := ParseCacheFile(w.buf[:n])
+	w.raw = w.buf[:n]
+	cf, err := ParseCacheFile(w.raw)
 	switch {
 	case errors.Is(err, ErrNotCache):
 		re.ParseReason = ReasonNotCache
@@ -343,7 +375,14 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 // the pod view is still synced and that the entry is still the same regular
 // file, no newer than planned, then unlinks it relative to the directory.
 func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Decision {
+	release := w.e.opts.Release != nil && w.phase == PhaseResults
 	if w.e.opts.DryRun {
+		if release {
+			if !w.e.reserveRelease() {
+				return keep(ReasonCNIDelDeferred)
+			}
+			w.counts.cniDel.Attempted++ // would run
+		}
 		return d
 	}
 	var now unix.Stat_t
@@ -360,7 +399,40 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		time.Unix(now.Mtim.Unix()).After(time.Unix(st.Mtim.Unix())) {
 		return keep(ReasonChanged)
 	}
+	if release {
+		if !w.e.reserveRelease() {
+			return keep(ReasonCNIDelDeferred)
+		}
+		// The DEL is the destructive step now: it needs the same fresh view
+		// as the unlink.
+		if !w.e.idx.Synced() {
+			w.e.stop.Store(true)
+			return keep(ReasonError)
+		}
+		if !w.release(name) {
+			return keep(ReasonCNIDelFailed)
+		}
+	}
 	return w.unlink(dirfd, name, d)
+}
+
+// release runs the Releaser for the file just read; false when it failed.
+func (w *worker) release(name string) bool {
+	w.counts.cniDel.Attempted++
+	start := time.Now()
+	err := w.e.opts.Release.Release(w.ctx, name, w.raw)
+	if err != nil {
+		w.counts.cniDel.Failed++
+		w.counts.errors++
+		w.e.opts.Logger.Warn("cni del failed; file kept for the next run", "phase", w.phase, "file", name,
+			"duration_seconds", time.Since(start).Seconds(), "error", err)
+		return false
+	}
+	w.counts.cniDel.Succeeded++
+	if w.e.debug {
+		w.e.opts.Logger.Debug("cni del", "phase", w.phase, "file", name, "duration_seconds", time.Since(start).Seconds())
+	}
+	return true
 }
 
 // unlink removes name relative to the directory once the view is known to be

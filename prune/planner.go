@@ -72,6 +72,12 @@ const (
 	ReasonChanged Reason = "changed"
 	// ReasonError: it could not be read or removed; counted as an error.
 	ReasonError Reason = "error"
+	// ReasonCNIDelFailed: CNI DEL of its attachment failed (Options.Release);
+	// counted as an error and tried again next run.
+	ReasonCNIDelFailed Reason = "cni-del-failed"
+	// ReasonCNIDelDeferred: to be removed, but the run reached its cap of CNI
+	// DELs (Options.MaxReleases); a later run removes it.
+	ReasonCNIDelDeferred Reason = "cni-del-deferred"
 )
 
 // Decision is the planner's verdict on one file.

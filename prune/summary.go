@@ -16,6 +16,7 @@ type counts struct {
 	removed map[Phase]int
 	kept    map[Reason]int
 	errors  int
+	cniDel  CNIDelCounts
 }
 
 func newCounts() counts {
@@ -34,13 +35,29 @@ type Summary struct {
 	// Kept counts kept files by reason.
 	Kept map[Reason]int `json:"kept"`
 	// Errors counts files that could not be read, checked or removed.
-	Errors   int           `json:"errors"`
+	Errors int `json:"errors"`
+	// CNIDel counts the CNI DELs run before removals; nil unless the run
+	// had a Releaser (--cni-del).
+	CNIDel   *CNIDelCounts `json:"cniDel,omitempty"`
 	Duration time.Duration `json:"-"`
 }
 
-func newSummary(dir string, dryRun bool) *Summary {
+// CNIDelCounts counts the CNI DELs of a run. Attempted is Succeeded plus
+// Failed; in a dry run it counts the DELs a real run would attempt (after the
+// cap), and nothing succeeds or fails.
+type CNIDelCounts struct {
+	Attempted int `json:"attempted"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+}
+
+func newSummary(dir string, dryRun, cniDel bool) *Summary {
 	c := newCounts()
-	return &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, Kept: c.kept}
+	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, Kept: c.kept}
+	if cniDel {
+		s.CNIDel = &CNIDelCounts{}
+	}
+	return s
 }
 
 func (s *Summary) add(c *counts) {
@@ -54,6 +71,11 @@ func (s *Summary) add(c *counts) {
 		s.Kept[k] += v
 	}
 	s.Errors += c.errors
+	if s.CNIDel != nil {
+		s.CNIDel.Attempted += c.cniDel.Attempted
+		s.CNIDel.Succeeded += c.cniDel.Succeeded
+		s.CNIDel.Failed += c.cniDel.Failed
+	}
 }
 
 // Remaining returns how many files of a phase are left after the run.
@@ -84,6 +106,16 @@ func (s *Summary) WriteText(w io.Writer) error {
 		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], s.Errors, s.Duration.Seconds())
 	if err != nil {
 		return err
+	}
+	if d := s.CNIDel; d != nil {
+		if s.DryRun {
+			_, err = fmt.Fprintf(w, "  cni del: would run %d\n", d.Attempted)
+		} else {
+			_, err = fmt.Fprintf(w, "  cni del: %d attempted, %d succeeded, %d failed\n", d.Attempted, d.Succeeded, d.Failed)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	reasons := make([]string, 0, len(s.Kept))
 	for r := range s.Kept {
