@@ -5,7 +5,7 @@
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|lint|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|etcd|helm|lint|cni|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -66,14 +66,26 @@ lint() {
 	build "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$cache/golangci-lint-$v"
 }
 
+# The CNI plugins that the CNI DEL tests make real attachments with, all in one
+# directory: the test passes it as --cni-bin-dir, as /opt/cni/bin on a node.
+cni() {
+	local v
+	v=$(version "$tools/cni" github.com/containernetworking/plugins)
+	: "${v:?cannot read the version from go.mod}"
+	for p in main/bridge ipam/host-local main/loopback; do
+		build "$tools/cni" "github.com/containernetworking/plugins/plugins/$p" "$cache/cni-plugins-$v"
+	done
+}
+
 case ${1:-all} in
 kube) kube ;;
 etcd) etcd ;;
 helm) helm ;;
 lint) lint ;;
+cni) cni ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; lint ;;
-*) echo "usage: $0 [kube|etcd|helm|lint|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; lint; cni ;;
+*) echo "usage: $0 [kube|etcd|helm|lint|cni|all]" >&2; exit 2 ;;
 esac

@@ -13,6 +13,9 @@ const (
 	KubeVersion = "v1.37.2"
 	EtcdVersion = "v3.6.16"
 	HelmVersion = "v3.22.0"
+	// CNIPluginsVersion is github.com/containernetworking/plugins: bridge,
+	// host-local and loopback for the CNI DEL tests.
+	CNIPluginsVersion = "v1.10.0"
 )
 
 // ToolsDir is where hack/build-tools.sh caches the binaries:
@@ -32,8 +35,9 @@ func ToolsDir() string {
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
-// kube-controller-manager, kubectl or helm. A missing binary is an error that says
-// how to build it; tests fail on it rather than skip.
+// kube-controller-manager, kubectl, helm or a CNI plugin (bridge, host-local,
+// loopback). A missing binary is an error that says how to build it; tests
+// fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
 	switch name {
@@ -43,6 +47,8 @@ func Binary(name string) (string, error) {
 		dir = "kube-" + KubeVersion
 	case "helm":
 		dir = "helm-" + HelmVersion
+	case "bridge", "host-local", "loopback":
+		dir = "cni-plugins-" + CNIPluginsVersion
 	default:
 		return "", fmt.Errorf("unknown tool %q", name)
 	}
@@ -51,4 +57,18 @@ func Binary(name string) (string, error) {
 		return "", fmt.Errorf("%s not built (run `make kube`): %w", name, err)
 	}
 	return path, nil
+}
+
+// CNIBinDir returns the directory of the cached CNI plugins, a stand-in for
+// a node's /opt/cni/bin, once every plugin in it is built.
+func CNIBinDir() (string, error) {
+	var dir string
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		path, err := Binary(p)
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Dir(path)
+	}
+	return dir, nil
 }
