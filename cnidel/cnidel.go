@@ -1,0 +1,251 @@
+// Package cnidel releases what a CNI ADD set up (IP allocations, host
+// interfaces, rules) by replaying CNI DEL from a libcni result cache file,
+// the `results/<net>-<sandbox>-<if>` files that multus keeps under
+// /var/lib/cni/multus. A file stays when its pod vanished without DEL (node
+// reboot, runtime crash); deleting it alone leaks the IP, so the prune calls
+// Release right before removing it (sweepd --cni-del).
+//
+// The replay is what multus's own DEL does: the cached config, interface name,
+// CNI_ARGS and capability args, the cached result as prevResult, the plugins
+// from the configured directory. It never touches the file it was given:
+// libcni's cache is pointed at a private scratch directory holding a copy, so
+// libcni reads its prevResult from there and removes only the copy.
+package cnidel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is one network attachment as libcni cached it after ADD.
+type Attachment struct {
+	ContainerID string
+	NetworkName string
+	IfName      string
+	// NetNS is the sandbox's network namespace path at ADD time; it is
+	// usually gone by the time the file is stale.
+	NetNS string
+	// Config is the network configuration the ADD ran with: a conflist (with
+	// "plugins") or a single plugin config.
+	Config         []byte
+	CNIArgs        [][2]string
+	CapabilityArgs map[string]any
+}
+
+// ErrNotCache means the data is not a cniCacheV1 file, so there is nothing
+// to replay.
+var ErrNotCache = errors.New("not a cniCacheV1 file")
+
+// Decode decodes a libcni result cache file and checks that it holds what a
+// DEL needs. Names are checked with libcni's own rules, which also keeps a
+// hostile file from naming a path outside the scratch directory.
+func Decode(data []byte) (*Attachment, error) {
+	var c struct {
+		Kind           string         `json:"kind"`
+		ContainerID    string         `json:"containerId"`
+		Config         []byte         `json:"config"`
+		IfName         string         `json:"ifName"`
+		NetworkName    string         `json:"networkName"`
+		NetNS          string         `json:"netns"`
+		CNIArgs        [][2]string    `json:"cniArgs"`
+		CapabilityArgs map[string]any `json:"capabilityArgs"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("decode cache file: %w", err)
+	}
+	if c.Kind != libcni.CNICacheV1 {
+		return nil, ErrNotCache
+	}
+	if err := utils.ValidateContainerID(c.ContainerID); err != nil {
+		return nil, fmt.Errorf("cache file: %w", err)
+	}
+	if err := utils.ValidateInterfaceName(c.IfName); err != nil {
+		return nil, fmt.Errorf("cache file: %w", err)
+	}
+	if err := utils.ValidateNetworkName(c.NetworkName); err != nil {
+		return nil, fmt.Errorf("cache file: %w", err)
+	}
+	if len(bytes.TrimSpace(c.Config)) == 0 {
+		return nil, errors.New("cache file has no config")
+	}
+	return &Attachment{
+		ContainerID: c.ContainerID, NetworkName: c.NetworkName, IfName: c.IfName, NetNS: c.NetNS,
+		Config: c.Config, CNIArgs: c.CNIArgs, CapabilityArgs: c.CapabilityArgs,
+	}, nil
+}
+
+// network is the parsed config: a list, or a single plugin as multus runs
+// one that has no "plugins" key.
+type network struct {
+	list   *libcni.NetworkConfigList
+	single *libcni.PluginConfig
+}
+
+func (n network) name() string {
+	if n.list != nil {
+		return n.list.Name
+	}
+	return n.single.Network.Name
+}
+
+// Network parses the cached config as libcni would for ADD: a conflist when
+// it has "plugins", else a single plugin config.
+func (a *Attachment) network() (network, error) {
+	var probe struct {
+		Plugins json.RawMessage `json:"plugins"`
+	}
+	if err := json.Unmarshal(a.Config, &probe); err != nil {
+		return network{}, fmt.Errorf("parse cached config: %w", err)
+	}
+	var n network
+	var err error
+	if probe.Plugins != nil {
+		n.list, err = libcni.NetworkConfFromBytes(a.Config)
+		if err == nil && len(n.list.Plugins) == 0 {
+			err = errors.New("no plugins")
+		}
+	} else {
+		n.single, err = libcni.NetworkPluginConfFromBytes(a.Config)
+	}
+	if err != nil {
+		return network{}, fmt.Errorf("parse cached config: %w", err)
+	}
+	if err := utils.ValidateNetworkName(n.name()); err != nil {
+		return network{}, fmt.Errorf("cached config: %w", err)
+	}
+	return n, nil
+}
+
+// Validate checks that a DEL could be built from a: the config parses. It
+// runs nothing.
+func (a *Attachment) Validate() error {
+	_, err := a.network()
+	return err
+}
+
+// Options configure a Releaser.
+type Options struct {
+	// BinDirs are searched for plugins, as CNI_PATH; /opt/cni/bin on a node.
+	BinDirs []string
+	// Timeout bounds each plugin call; a plugin still running then is
+	// killed with its process group. Default DefaultTimeout.
+	Timeout time.Duration
+	// ScratchDir holds the private libcni cache of each DEL for its
+	// duration; default os.TempDir().
+	ScratchDir string
+}
+
+// DefaultTimeout bounds a plugin call when Options.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
+// Releaser runs CNI DEL for cache files. It is safe for concurrent use.
+type Releaser struct {
+	opts Options
+}
+
+// New returns a Releaser. It checks that the scratch directory is usable, so
+// that a misconfiguration shows at start-up rather than as failed DELs.
+func New(opts Options) (*Releaser, error) {
+	if len(opts.BinDirs) == 0 {
+		return nil, errors.New("no CNI plugin directory")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.ScratchDir == "" {
+		opts.ScratchDir = os.TempDir()
+	}
+	d, err := os.MkdirTemp(opts.ScratchDir, "sweep-cnidel-")
+	if err != nil {
+		return nil, fmt.Errorf("scratch directory for CNI DEL: %w", err)
+	}
+	_ = os.RemoveAll(d)
+	return &Releaser{opts: opts}, nil
+}
+
+// Release runs CNI DEL for the attachment the cache file data describes. A
+// nil error means every plugin of the network returned success: by the CNI
+// spec, DEL of something already gone succeeds, so a repeated Release is
+// harmless. name is the file's name, for error messages only.
+func (r *Releaser) Release(ctx context.Context, name string, data []byte) error {
+	a, err := Decode(data)
+	if err != nil {
+		return err
+	}
+	n, err := a.network()
+	if err != nil {
+		return err
+	}
+	// A private libcni cache with a copy of the file: libcni takes the
+	// prevResult from it and removes the copy after DEL, and never sees the
+	// multus directory.
+	cacheDir, err := os.MkdirTemp(r.opts.ScratchDir, "sweep-cnidel-")
+	if err != nil {
+		return fmt.Errorf("scratch directory: %w", err)
+	}
+	defer os.RemoveAll(cacheDir)
+	results := filepath.Join(cacheDir, "results")
+	if err := os.Mkdir(results, 0o700); err != nil {
+		return fmt.Errorf("scratch directory: %w", err)
+	}
+	// The names were validated: no slash, no dot-dot.
+	cached := filepath.Join(results, n.name()+"-"+a.ContainerID+"-"+a.IfName)
+	if err := os.WriteFile(cached, data, 0o600); err != nil {
+		return fmt.Errorf("scratch copy of %s: %w", name, err)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir(r.opts.BinDirs, cacheDir, &pluginExec{timeout: r.opts.Timeout})
+	rt := &libcni.RuntimeConf{
+		ContainerID:    a.ContainerID,
+		NetNS:          liveNetNS(a.NetNS),
+		IfName:         a.IfName,
+		Args:           a.CNIArgs,
+		CapabilityArgs: a.CapabilityArgs,
+	}
+	if n.list != nil {
+		err = cni.DelNetworkList(ctx, n.list, rt)
+	} else {
+		err = cni.DelNetwork(ctx, n.single, rt)
+	}
+	if err != nil {
+		return fmt.Errorf("cni del of network %s, container %s, interface %s: %w", n.name(), a.ContainerID, a.IfName, err)
+	}
+	return nil
+}
+
+// liveNetNS returns path if it is still a network namespace bind mount
+// (nsfs), as containerd and CRI-O make under /var/run/netns, else "". The
+// CNI spec lets DEL run without a netns, and plugins then release what they
+// hold outside it (IPAM allocations, rules); a path that exists but is no
+// namespace any more (an unmounted leftover) would make them fail forever.
+// /proc/<pid>/ns paths and symlinks are refused: after a reboot a PID may
+// name any process, the host's namespace included, and a DEL there would
+// remove a host interface. So is the daemon's own namespace.
+func liveNetNS(path string) string {
+	if path == "" || strings.HasPrefix(filepath.Clean(path), "/proc/") {
+		return ""
+	}
+	var lst unix.Stat_t
+	if err := unix.Lstat(path, &lst); err != nil || lst.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return ""
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+		return ""
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &self); err == nil && self.Dev == lst.Dev && self.Ino == lst.Ino {
+		return ""
+	}
+	return path
+}

@@ -1,0 +1,255 @@
+package cnidel
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const fixtures = "../prune/testdata/multus-real"
+
+func readFixture(t testing.TB, rel string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(fixtures, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// cache returns a cniCacheV1 file with the given config and fields.
+func cache(config, extra string) []byte {
+	return []byte(`{"kind":"cniCacheV1","containerId":"0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce",` +
+		`"config":"` + base64.StdEncoding.EncodeToString([]byte(config)) + `","ifName":"eth0","networkName":"net"` + extra + `}`)
+}
+
+func TestDecode(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		data        []byte
+		wantErr     string // substring; empty: success
+		wantNetwork string // name of the parsed config
+		wantList    bool
+		wantNS      string
+		wantArgs    int
+	}{
+		{
+			name:        "thin multus, single bridge config",
+			data:        readFixture(t, "thin-bridge/results/sec-net-default-2a9cc5e4f8b450e601bf2382e1b1e3d1f3c75dcc540ed467d27ac4be55130087-net1"),
+			wantNetwork: "sec-net-default", wantNS: "/var/run/netns/cni-acc-2a9cc5e4f8b4", wantArgs: 10,
+		},
+		{
+			name:        "thin multus, cluster network",
+			data:        readFixture(t, "thin-bridge/results/k8s-pod-network-2a9cc5e4f8b450e601bf2382e1b1e3d1f3c75dcc540ed467d27ac4be55130087-eth0"),
+			wantNetwork: "k8s-pod-network", wantNS: "/var/run/netns/cni-acc-2a9cc5e4f8b4", wantArgs: 10,
+		},
+		{
+			name:        "thick multus, cilium conflist",
+			data:        readFixture(t, "thick-issue-1488/results/cilium-0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce-eth0"),
+			wantNetwork: "cilium", wantList: true, wantNS: "/var/run/netns/cni-c54a077d-d037-cfee-9539-3d00c421cced", wantArgs: 5,
+		},
+		{name: "no netns, no args", data: cache(`{"cniVersion":"1.0.0","name":"net","type":"bridge"}`, ""), wantNetwork: "net"},
+		{name: "not JSON", data: []byte(`{"kind":`), wantErr: "decode"},
+		{name: "pre-2019 bare result", data: []byte(`{"cniVersion":"0.3.1","ips":[]}`), wantErr: ErrNotCache.Error()},
+		{name: "no config", data: []byte(`{"kind":"cniCacheV1","containerId":"abc","ifName":"eth0","networkName":"net"}`), wantErr: "no config"},
+		{name: "config not base64", data: []byte(`{"kind":"cniCacheV1","containerId":"abc","config":"!!","ifName":"eth0","networkName":"net"}`), wantErr: "decode"},
+		{name: "container ID with a slash", data: bytes.Replace(cache(`{}`, ""), []byte(`"0539`), []byte(`"../0539`), 1), wantErr: "containerID"},
+		{name: "interface name with a slash", data: bytes.Replace(cache(`{}`, ""), []byte(`"eth0"`), []byte(`"../eth0"`), 1), wantErr: "interface name"},
+		{name: "interface name too long", data: bytes.Replace(cache(`{}`, ""), []byte(`"eth0"`), []byte(`"eth0123456789abcdef"`), 1), wantErr: "too long"},
+		{name: "network name with a slash", data: bytes.Replace(cache(`{}`, ""), []byte(`"net"`), []byte(`"a/../../b"`), 1), wantErr: "network name"},
+		{name: "config without type", data: cache(`{"cniVersion":"1.0.0","name":"net"}`, ""), wantErr: "missing 'type'"},
+		{name: "config name with a slash", data: cache(`{"cniVersion":"1.0.0","name":"../x","type":"bridge"}`, ""), wantErr: "network name"},
+		{name: "conflist without plugins", data: cache(`{"cniVersion":"1.0.0","name":"net","plugins":[]}`, ""), wantErr: "no plugins"},
+		{name: "config not JSON", data: cache(`{"name":`, ""), wantErr: "parse cached config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := Decode(tc.data)
+			var n network
+			if err == nil {
+				n, err = a.network()
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.name() != tc.wantNetwork || (n.list != nil) != tc.wantList {
+				t.Errorf("network %q (list %v), want %q (list %v)", n.name(), n.list != nil, tc.wantNetwork, tc.wantList)
+			}
+			if a.NetNS != tc.wantNS || len(a.CNIArgs) != tc.wantArgs {
+				t.Errorf("netns %q, %d args; want %q, %d", a.NetNS, len(a.CNIArgs), tc.wantNS, tc.wantArgs)
+			}
+			if a.NetworkName != tc.wantNetwork || a.IfName == "" || len(a.ContainerID) != 64 {
+				t.Errorf("decoded %+v", a)
+			}
+		})
+	}
+}
+
+func TestLiveNetNS(t *testing.T) {
+	plain := filepath.Join(t.TempDir(), "cni-gone")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink("/proc/self/ns/net", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{
+		"",
+		"/var/run/netns/does-not-exist",
+		plain,               // an unmounted leftover
+		"/proc/self/ns/net", // a PID path names another process after a reboot
+		"/proc/1/ns/net",    // the host's
+		link,                // a symlink to one
+		"/proc/../proc/1/ns/net",
+	} {
+		if got := liveNetNS(path); got != "" {
+			t.Errorf("liveNetNS(%q) = %q, want empty", path, got)
+		}
+	}
+}
+
+// writePlugin writes a shell script as a CNI plugin into dir.
+func writePlugin(t *testing.T, dir, name, script string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReleaseRunsDEL(t *testing.T) {
+	bin, out, scratch := t.TempDir(), t.TempDir(), t.TempDir()
+	// Records what a plugin gets: its environment and its stdin.
+	writePlugin(t, bin, "rec", `env > "$OUT/$CNI_COMMAND.$$.env"; cat > "$OUT/$CNI_COMMAND.$$.stdin"`)
+	data := cache(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"rec"},{"type":"rec","x":1}]}`,
+		`,"netns":"/var/run/netns/gone","cniArgs":[["K8S_POD_NAME","p"],["K8S_POD_UID","u"]],`+
+			`"capabilityArgs":{"portMappings":[{"hostPort":80}]},"result":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}`)
+	r, err := New(Options{BinDirs: []string{bin}, Timeout: 10 * time.Second, ScratchDir: scratch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OUT", out)
+	if err := r.Release(t.Context(), "net-x-eth0", data); err != nil {
+		t.Fatal(err)
+	}
+	envs, _ := filepath.Glob(filepath.Join(out, "DEL.*.env"))
+	stdins, _ := filepath.Glob(filepath.Join(out, "DEL.*.stdin"))
+	if len(envs) != 2 || len(stdins) != 2 {
+		t.Fatalf("%d DEL calls recorded, want 2", len(envs))
+	}
+	env := string(must(os.ReadFile(envs[0])))
+	for _, want := range []string{
+		"CNI_COMMAND=DEL", "CNI_CONTAINERID=0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce",
+		"CNI_IFNAME=eth0", "CNI_ARGS=K8S_POD_NAME=p;K8S_POD_UID=u", "CNI_PATH=" + bin,
+	} {
+		if !slices.Contains(strings.Split(env, "\n"), want) {
+			t.Errorf("plugin environment lacks %s:\n%s", want, env)
+		}
+	}
+	// The netns is gone: DEL runs without one, as the spec allows.
+	if !slices.Contains(strings.Split(env, "\n"), "CNI_NETNS=") {
+		t.Errorf("CNI_NETNS not empty:\n%s", env)
+	}
+	for _, f := range stdins {
+		stdin := string(must(os.ReadFile(f)))
+		if !strings.Contains(stdin, `"prevResult"`) || !strings.Contains(stdin, "10.1.0.5/24") || !strings.Contains(stdin, `"name":"net"`) {
+			t.Errorf("plugin stdin lacks the cached result as prevResult: %s", stdin)
+		}
+	}
+	// Nothing of the private libcni cache is left.
+	if left, _ := os.ReadDir(scratch); len(left) != 0 {
+		t.Errorf("scratch directory not cleaned: %v", left)
+	}
+}
+
+func TestReleaseFailures(t *testing.T) {
+	bin := t.TempDir()
+	writePlugin(t, bin, "fails", `echo '{"cniVersion":"1.0.0","code":11,"msg":"pool locked"}'; exit 1`)
+	writePlugin(t, bin, "stderr", `echo oops >&2; exit 3`)
+	writePlugin(t, bin, "hangs", `sleep 30`)
+	// A child that keeps stdout open after the plugin is killed.
+	writePlugin(t, bin, "forks", `sleep 30 & wait`)
+	r, err := New(Options{BinDirs: []string{bin}, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ plugin, want string }{
+		{"fails", "pool locked"},
+		{"stderr", "oops"},
+		{"missing", "failed to find plugin"},
+		{"hangs", "deadline exceeded"},
+		{"forks", "deadline exceeded"},
+	} {
+		t.Run(tc.plugin, func(t *testing.T) {
+			start := time.Now()
+			err := r.Release(t.Context(), "f", cache(`{"cniVersion":"1.0.0","name":"net","type":"`+tc.plugin+`"}`, ""))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %s despite the 300ms timeout", d)
+			}
+		})
+	}
+}
+
+func TestNewChecksScratchDir(t *testing.T) {
+	if _, err := New(Options{BinDirs: []string{"/opt/cni/bin"}, ScratchDir: "/does/not/exist"}); err == nil {
+		t.Fatal("no error for a missing scratch directory")
+	}
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("no error without a plugin directory")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, rel := range []string{
+		"thin-bridge/results/sec-net-default-2a9cc5e4f8b450e601bf2382e1b1e3d1f3c75dcc540ed467d27ac4be55130087-net1",
+		"thick-issue-1488/results/cilium-0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce-eth0",
+	} {
+		f.Add(readFixture(f, rel))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := Decode(data)
+		if err != nil {
+			if a != nil {
+				t.Fatal("attachment with an error")
+			}
+			return
+		}
+		// Whatever decodes names nothing outside the scratch directory.
+		for _, s := range []string{a.ContainerID, a.IfName, a.NetworkName} {
+			if s == "" || strings.ContainsAny(s, "/\x00") || s == "." || s == ".." {
+				t.Fatalf("unsafe name %q", s)
+			}
+		}
+		n, err := a.network()
+		if err != nil {
+			if errors.Is(err, ErrNotCache) {
+				t.Fatal("ErrNotCache after a successful decode")
+			}
+			return
+		}
+		if name := n.name(); name == "" || strings.ContainsAny(name, "/\x00") || name == ".." {
+			t.Fatalf("unsafe config name %q", name)
+		}
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
