@@ -166,7 +166,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.cycle(ctx) })
 	}
 	c.Start()
-	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "dry_run", d.cfg.Prune.DryRun)
+	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "dry_run", d.cfg.Prune.DryRun,
+		"cni_del", d.cfg.Prune.Release != nil)
 
 	select {
 	case <-ctx.Done():
@@ -234,6 +235,9 @@ func (d *Daemon) cycle(ctx context.Context) {
 	}
 	for r, n := range sum.Kept {
 		attrs = append(attrs, "kept_"+string(r), n)
+	}
+	if c := sum.CNIDel; c != nil {
+		attrs = append(attrs, "cni_del_attempted", c.Attempted, "cni_del_succeeded", c.Succeeded, "cni_del_failed", c.Failed)
 	}
 	switch {
 	case errors.Is(err, prune.ErrNotSynced):

@@ -18,13 +18,20 @@ const (
 	skipStillRunning = "still-running"
 )
 
+// Results of a CNI DEL; a closed set, used as a label.
+const (
+	cniDelSucceeded = "succeeded"
+	cniDelFailed    = "failed"
+)
+
 // keptReasons lists every reason a file can be kept, so that each series
 // exists from the start and a reason that drops to zero reads 0, not stale.
 func keptReasons() []prune.Reason {
 	return []prune.Reason{
 		prune.ReasonPodLive, prune.ReasonTooYoung, prune.ReasonSandboxReferenced, prune.ReasonUnparseable,
 		prune.ReasonNotCache, prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular,
-		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError,
+		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError, prune.ReasonCNIDelFailed,
+		prune.ReasonCNIDelDeferred,
 	}
 }
 
@@ -34,6 +41,7 @@ type metrics struct {
 	registry *prometheus.Registry
 
 	removed     *prometheus.CounterVec
+	cniDels     *prometheus.CounterVec
 	runs        prometheus.Counter
 	failures    prometheus.Counter
 	fileErrors  prometheus.Counter
@@ -53,6 +61,10 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 			Name: "sweep_prune_removed_files_total",
 			Help: "Cache files removed by the prune, by phase (results, scratch).",
 		}, []string{"phase"}),
+		cniDels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_prune_cni_dels_total",
+			Help: "CNI DELs run before removing results files (--cni-del), by result (succeeded, failed); attempted is their sum. A failed DEL keeps its file for the next run.",
+		}, []string{"result"}),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_prune_runs_total",
 			Help: "Prune runs started.",
@@ -104,6 +116,9 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 		m.removed.WithLabelValues(string(p))
 		m.cacheFiles.WithLabelValues(string(p))
 	}
+	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
+		m.cniDels.WithLabelValues(r)
+	}
 	for _, r := range []string{skipNotSynced, skipStillRunning} {
 		m.skipped.WithLabelValues(r)
 	}
@@ -117,7 +132,7 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.runs, m.failures, m.fileErrors, m.skipped, m.lastSuccess, m.duration, m.kept, m.cacheFiles,
+		m.removed, m.cniDels, m.runs, m.failures, m.fileErrors, m.skipped, m.lastSuccess, m.duration, m.kept, m.cacheFiles,
 		m.pods, m.viewFresh, buildInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -132,6 +147,10 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 	if !sum.DryRun {
 		for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
 			m.removed.WithLabelValues(string(p)).Add(float64(sum.Removed[p]))
+		}
+		if c := sum.CNIDel; c != nil {
+			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
+			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
 		}
 	}
 	if err != nil {

@@ -21,9 +21,14 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
 			return exitUsage
 		}
+		popts, err := p.options(e)
+		if err != nil {
+			e.log.Error("daemon", "error", err)
+			return exitFail
+		}
 		dcfg := daemon.Config{
 			NodeName:     p.node,
-			Prune:        p.options(e),
+			Prune:        popts,
 			Schedule:     *schedule,
 			PruneOnStart: *onStart,
 			SyncTimeout:  p.syncWait,

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/metadata"
 
+	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/daemon"
 	"github.com/sweep-k8s/sweep/prune"
 )
@@ -24,6 +26,11 @@ type pruneFlags struct {
 	workers  int
 	kube     *kubeFlags
 	syncWait time.Duration
+
+	cniDel        bool
+	cniBinDir     string
+	cniDelTimeout time.Duration
+	cniDelMax     int
 }
 
 func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
@@ -34,6 +41,10 @@ func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
 	fs.BoolVar(&p.dryRun, "dry-run", false, "decide and report, remove nothing")
 	fs.IntVar(&p.workers, "workers", 0, "files handled at once; 0 means one per CPU")
 	fs.DurationVar(&p.syncWait, "sync-timeout", 30*time.Second, "how long to wait for a complete view of the node's pods before giving up without deleting anything")
+	fs.BoolVar(&p.cniDel, "cni-del", false, "run CNI DEL for a stale results file's attachment before removing it, releasing its IP; a file whose DEL fails is kept for the next run")
+	fs.StringVar(&p.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI plugin directories for --cni-del, separated by colons like CNI_PATH")
+	fs.DurationVar(&p.cniDelTimeout, "cni-del-timeout", cnidel.DefaultTimeout, "with --cni-del, the limit of each plugin call; a plugin still running then is killed")
+	fs.IntVar(&p.cniDelMax, "cni-del-max", 1000, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit)")
 	return p
 }
 
@@ -44,11 +55,38 @@ func (p *pruneFlags) validate() error {
 	if p.minAge < 0 {
 		return errors.New("--min-age must not be negative")
 	}
+	if p.cniDelTimeout <= 0 {
+		return errors.New("--cni-del-timeout must be positive")
+	}
+	if p.cniDelMax < 0 {
+		return errors.New("--cni-del-max must not be negative")
+	}
+	if p.cniDel && p.cniBinDir == "" {
+		return errors.New("--cni-del needs --cni-bin-dir")
+	}
 	return nil
 }
 
-func (p *pruneFlags) options(e *env) prune.Options {
-	return prune.Options{Dir: p.dir, MinAge: p.minAge, DryRun: p.dryRun, Workers: p.workers, Logger: e.log}
+// options builds the prune's options. With --cni-del the plugin directories
+// must exist: without them every DEL would fail, and that is better seen at
+// start-up than as a growing error count.
+func (p *pruneFlags) options(e *env) (prune.Options, error) {
+	opts := prune.Options{Dir: p.dir, MinAge: p.minAge, DryRun: p.dryRun, Workers: p.workers, Logger: e.log}
+	if !p.cniDel {
+		return opts, nil
+	}
+	dirs := filepath.SplitList(p.cniBinDir)
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return opts, fmt.Errorf("--cni-bin-dir: %s is not a directory", d)
+		}
+	}
+	rel, err := cnidel.New(cnidel.Options{BinDirs: dirs, Timeout: p.cniDelTimeout})
+	if err != nil {
+		return opts, fmt.Errorf("--cni-del: %w", err)
+	}
+	opts.Release, opts.MaxReleases = rel, p.cniDelMax
+	return opts, nil
 }
 
 func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
@@ -64,6 +102,11 @@ func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			return exitUsage
 		}
 		log := e.log.With("node", p.node)
+		opts, err := p.options(e)
+		if err != nil {
+			log.Error("nothing deleted", "error", err)
+			return exitFail
+		}
 		cfg, err := p.kube.restConfig()
 		if err != nil {
 			log.Error("no kubernetes access; nothing deleted", "error", err)
@@ -79,7 +122,6 @@ func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			log.Error("no complete view of the node's pods; nothing deleted", "error", err)
 			return exitFail
 		}
-		opts := p.options(e)
 		opts.Logger = log
 		sum, err := prune.Run(ctx, pods, opts)
 		if err != nil {
