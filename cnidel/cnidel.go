@@ -144,6 +144,11 @@ type Options struct {
 	// ScratchDir holds the private libcni cache of each DEL for its
 	// duration; default os.TempDir().
 	ScratchDir string
+	// Parallel is how many DELs run at once; default 1. Plugins run as
+	// children of the daemon, in its memory cgroup: bridge peaks at about
+	// 13 MiB and runs host-local (13 MiB more) as its child, so one DEL per
+	// prune worker on a big node would exceed the daemon's memory limit.
+	Parallel int
 }
 
 // DefaultTimeout bounds a plugin call when Options.Timeout is zero.
@@ -152,6 +157,8 @@ const DefaultTimeout = 10 * time.Second
 // Releaser runs CNI DEL for cache files. It is safe for concurrent use.
 type Releaser struct {
 	opts Options
+	// slots holds one token per DEL that may run.
+	slots chan struct{}
 }
 
 // New returns a Releaser. It checks that the scratch directory is usable, so
@@ -166,12 +173,15 @@ func New(opts Options) (*Releaser, error) {
 	if opts.ScratchDir == "" {
 		opts.ScratchDir = os.TempDir()
 	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 1
+	}
 	d, err := os.MkdirTemp(opts.ScratchDir, "sweep-cnidel-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory for CNI DEL: %w", err)
 	}
 	_ = os.RemoveAll(d)
-	return &Releaser{opts: opts}, nil
+	return &Releaser{opts: opts, slots: make(chan struct{}, opts.Parallel)}, nil
 }
 
 // Release runs CNI DEL for the attachment the cache file data describes. A
@@ -186,6 +196,12 @@ func (r *Releaser) Release(ctx context.Context, name string, data []byte) error 
 	n, err := a.network()
 	if err != nil {
 		return err
+	}
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	// A private libcni cache with a copy of the file: libcni takes the
 	// prevResult from it and removes the copy after DEL, and never sees the
