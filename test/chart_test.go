@@ -215,6 +215,9 @@ func TestChartRender(t *testing.T) {
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cleanup-config-dir") }) {
 			t.Error("uninstall flags without uninstall.enabled")
 		}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cni-") }) || spec.HostNetwork {
+			t.Error("CNI DEL flags or hostNetwork without cniDel.enabled")
+		}
 	})
 
 	t.Run("all options", func(t *testing.T) {
@@ -235,6 +238,27 @@ func TestChartRender(t *testing.T) {
 		} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("daemon args %v lack %s", c.Args, want)
+			}
+		}
+		// CNI DEL replay (issue 10): its flags, and what the plugins need.
+		for _, want := range []string{"--cni-del", "--cni-bin-dir=/opt/cni/bin", "--cni-del-timeout=5s", "--cni-del-max=200"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("daemon args %v lack %s", c.Args, want)
+			}
+		}
+		if caps := c.SecurityContext.Capabilities; caps == nil || !slices.Equal(caps.Add, []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}) ||
+			!slices.Equal(caps.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("capabilities = %+v, want ALL dropped and the cniDel ones added", caps)
+		}
+		if hn, _, _ := unstructured.NestedBool(ds.Object, "spec", "template", "spec", "hostNetwork"); !hn {
+			t.Error("cniDel without hostNetwork: plugins would undo host-side state in the pod's namespace")
+		}
+		for _, m := range []struct {
+			path     string
+			readOnly bool
+		}{{"/opt/cni/bin", true}, {"/var/lib/cni/networks", false}, {"/var/run/netns", true}, {"/etc/cni/net.d", true}, {"/tmp", false}} {
+			if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == m.path && vm.ReadOnly == m.readOnly }) {
+				t.Errorf("no mount of %s (read-only %v) for cniDel", m.path, m.readOnly)
 			}
 		}
 		for _, env := range []string{"NODE_NAME", "POD_NAME", "POD_NAMESPACE"} {

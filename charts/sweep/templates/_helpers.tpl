@@ -58,3 +58,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "sweep.hostPathVolume" -}}
 {{- printf "host-%s" (sha256sum . | trunc 10) }}
 {{- end }}
+
+{{/*
+Volume name of a host directory for CNI DEL, distinct from the uninstall
+ones: the same host path may be mounted by both.
+*/}}
+{{- define "sweep.cniHostPathVolume" -}}
+{{- printf "cni-%s" (sha256sum . | trunc 10) }}
+{{- end }}
