@@ -130,3 +130,30 @@ func TestNoReleaserNoCounts(t *testing.T) {
 		t.Fatal("CNIDel counts without a Releaser")
 	}
 }
+
+func TestSummaryTextCNIDel(t *testing.T) {
+	for _, tc := range []struct {
+		dryRun bool
+		want   string
+	}{
+		{false, "  cni del: 3 attempted, 2 succeeded, 1 failed\n"},
+		{true, "  cni del: would run 3\n"},
+	} {
+		dir := t.TempDir()
+		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, DryRun: tc.dryRun, Release: &fakeReleaser{dir: dir, t: t}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*sum.CNIDel = prune.CNIDelCounts{Attempted: 3, Succeeded: 2, Failed: 1}
+		if tc.dryRun {
+			*sum.CNIDel = prune.CNIDelCounts{Attempted: 3}
+		}
+		var b strings.Builder
+		if err := sum.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("dry run %v: text\n%s\nlacks %q", tc.dryRun, b.String(), tc.want)
+		}
+	}
+}
