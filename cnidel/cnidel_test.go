@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -273,5 +275,29 @@ func TestReleaseOneAtATime(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestLiveNetNSMounted checks the one case that passes a namespace: a
+// namespace bind mount as `ip netns add` and the runtimes make. Root only,
+// like the end-to-end test; it fails rather than skips without root.
+func TestLiveNetNSMounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to create a network namespace")
+	}
+	name := fmt.Sprintf("sweep-unit-%d", time.Now().UnixNano())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	path := "/var/run/netns/" + name
+	if got := liveNetNS(path); got != path {
+		t.Fatalf("liveNetNS(%q) = %q for a mounted namespace", path, got)
+	}
+	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v\n%s", err, out)
+	}
+	if got := liveNetNS(path); got != "" {
+		t.Fatalf("liveNetNS(%q) = %q after the namespace was deleted", path, got)
 	}
 }
