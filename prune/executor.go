@@ -16,9 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotSynced means the pod view was not (or stopped being) complete and
-// fresh, so the prune deleted nothing more.
-var ErrNotSynced = errors.New("pod view not synced")
+// ErrNotSynced means a liveness view (pods or sandboxes) was not, or stopped
+// being, complete and fresh, so the prune deleted nothing more.
+var ErrNotSynced = errors.New("liveness view not synced")
+
+// ErrNoLiveness means Run was given neither a pod index nor a sandbox index.
+var ErrNoLiveness = errors.New("no liveness view: need pods, sandboxes or both")
 
 // DefaultMaxFileSize bounds what is read of a results file. Real ones are one
 // to a few KiB; anything bigger is not a cache file and is kept unread.
@@ -52,6 +55,13 @@ type Options struct {
 	// kept (ReasonCNIDelDeferred) for a later run. A dry run counts against
 	// it too, so that it reports what a real run would do.
 	MaxReleases int
+	// Sandboxes, when set, is the container runtime's view of the node's
+	// sandboxes: sandbox liveness, alone (Run's pod index nil) or with the
+	// pod index (both must agree before a removal).
+	Sandboxes SandboxIndex
+	// Boot, when set, makes the files of sandboxes recorded under an
+	// earlier boot stale (reboot-aware staleness).
+	Boot BootRecord
 }
 
 // Releaser undoes what the CNI ADD behind a results file set up.
@@ -62,10 +72,11 @@ type Releaser interface {
 	Release(ctx context.Context, name string, data []byte) error
 }
 
-// Run prunes the cache under opts.Dir against idx. It refuses to start
-// unless idx is synced, and stops at the first removal it would make after
-// idx stops being synced (ErrNotSynced) or ctx is cancelled. The summary is
-// valid whatever the error.
+// Run prunes the cache under opts.Dir against idx (nil for sandbox liveness
+// alone) and opts.Sandboxes. It refuses to start unless every view is synced,
+// and stops at the first removal it would make after one stops being synced
+// (ErrNotSynced) or ctx is cancelled. The summary is valid whatever the
+// error.
 func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.GOMAXPROCS(0)
@@ -81,12 +92,16 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	}
 	start := time.Now()
 	e := &executor{
-		opts:    opts,
-		idx:     idx,
-		planner: Planner{Index: idx, Now: opts.Now(), MinAge: opts.MinAge},
-		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
+		opts: opts,
+		idx:  idx,
+		planner: Planner{Index: idx, Sandboxes: opts.Sandboxes, Boot: opts.Boot,
+			Now: opts.Now(), MinAge: opts.MinAge},
+		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
+	if idx == nil && opts.Sandboxes == nil {
+		return sum, ErrNoLiveness
+	}
 	err := e.run(ctx, sum)
 	sum.Duration = time.Since(start)
 	return sum, err
@@ -111,8 +126,16 @@ func (e *executor) reserveRelease() bool {
 	return e.opts.MaxReleases <= 0 || n <= int64(e.opts.MaxReleases)
 }
 
+// synced reports whether every liveness view in use is synced.
+func (e *executor) synced() bool {
+	if e.idx != nil && !e.idx.Synced() {
+		return false
+	}
+	return e.opts.Sandboxes == nil || e.opts.Sandboxes.Synced()
+}
+
 func (e *executor) run(ctx context.Context, sum *Summary) error {
-	if !e.idx.Synced() {
+	if !e.synced() {
 		return ErrNotSynced
 	}
 	dir, err := openDir(unix.AT_FDCWD, e.opts.Dir)
@@ -145,6 +168,9 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 			return err
 		}
 	}
+	// Phase 1 saw every results file: the sandboxes of those kept are
+	// complete, for the boot record.
+	sum.kept = referenced
 	return e.phase(ctx, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
 	}, nil)
@@ -405,7 +431,7 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		}
 		// The DEL is the destructive step now: it needs the same fresh view
 		// as the unlink.
-		if !w.e.idx.Synced() {
+		if !w.e.synced() {
 			w.e.stop.Store(true)
 			return keep(ReasonError)
 		}
@@ -441,7 +467,7 @@ func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 	if w.e.opts.DryRun {
 		return d
 	}
-	if !w.e.idx.Synced() {
+	if !w.e.synced() {
 		w.e.stop.Store(true)
 		return keep(ReasonError)
 	}
@@ -456,6 +482,7 @@ func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 func (w *worker) record(phase Phase, name string, d Decision) {
 	if d.Remove {
 		w.counts.removed[phase]++
+		w.counts.removedBy[d.Reason]++
 	} else {
 		w.counts.kept[d.Reason]++
 	}

@@ -3,9 +3,10 @@
 // Phase 1 removes results files (`<dir>/results/<net>-<sandbox>-<if>`) whose
 // pod no longer exists on this node; phase 2 removes scratch netconf files
 // (`<dir>/<sandbox>`) that no results file names any more. The planner decides
-// (a pure function of one entry, the pod index, the clock and the options);
-// the executor only carries decisions out after re-checking the entry. The
-// package imports no client-go: the pod index is an interface.
+// (a pure function of one entry, the liveness views, the clock and the
+// options); the executor only carries decisions out after re-checking the
+// entry. The package imports neither client-go nor gRPC: the views of the
+// pods (API server) and of the sandboxes (container runtime) are interfaces.
 package prune
 
 import "time"
@@ -20,6 +21,26 @@ type PodIndex interface {
 	// HasName reports whether a pod with this namespace and name exists on
 	// the node. Used only for files that carry no UID.
 	HasName(namespace, name string) bool
+}
+
+// SandboxIndex is the container runtime's view of the node's pod sandboxes
+// (CRI ListPodSandbox), for sandbox liveness.
+type SandboxIndex interface {
+	// Synced reports whether the view is complete. The executor checks it
+	// before every removal, as for PodIndex.
+	Synced() bool
+	// Has reports whether the runtime knows the sandbox, in any state: a
+	// NOTREADY sandbox is still the runtime's, and so is its CNI DEL.
+	Has(id SandboxID) bool
+}
+
+// BootRecord knows which sandboxes were seen under an earlier boot of the
+// node. Sandboxes and their network namespaces never survive a reboot, so
+// their cache files are stale whatever the API server says of their pods.
+type BootRecord interface {
+	// EarlierBoot reports whether id was recorded under a boot that is not
+	// the current one.
+	EarlierBoot(id SandboxID) bool
 }
 
 // Phase names the two kinds of cache files. The strings are metric labels.
@@ -44,12 +65,21 @@ const (
 	ReasonPodNameGone Reason = "pod-name-gone"
 	// ReasonOrphanScratch: no results file names the scratch file's sandbox.
 	ReasonOrphanScratch Reason = "orphan-scratch"
+	// ReasonSandboxGone: the container runtime no longer knows the file's
+	// sandbox (sandbox liveness alone).
+	ReasonSandboxGone Reason = "sandbox-gone"
+	// ReasonEarlierBoot: the file's sandbox was recorded under an earlier
+	// boot of the node; no sandbox survives a reboot.
+	ReasonEarlierBoot Reason = "earlier-boot"
 )
 
 // Reasons to keep.
 const (
 	// ReasonPodLive: the pod still exists.
 	ReasonPodLive Reason = "pod-live"
+	// ReasonSandboxLive: the container runtime still knows the sandbox, in
+	// any state. It wins over every reason to remove.
+	ReasonSandboxLive Reason = "sandbox-live"
 	// ReasonTooYoung: newer than the minimum age; its ADD may be under way.
 	ReasonTooYoung Reason = "too-young"
 	// ReasonSandboxReferenced: a remaining results file names the sandbox.
@@ -58,7 +88,8 @@ const (
 	ReasonUnparseable Reason = "unparseable"
 	// ReasonNotCache: JSON, but not a cniCacheV1 file (pre-2019 bare results).
 	ReasonNotCache Reason = "not-cache"
-	// ReasonNoIdentity: a cache file that names no pod UID, namespace or name.
+	// ReasonNoIdentity: a cache file that names no pod UID, namespace or
+	// name (pod liveness), or no sandbox (sandbox liveness).
 	ReasonNoIdentity Reason = "no-identity"
 	// ReasonTooLarge: bigger than any cache file; not read.
 	ReasonTooLarge Reason = "too-large"
@@ -105,12 +136,20 @@ type ResultsEntry struct {
 	ParseReason Reason
 }
 
-// Planner decides file by file. It is deterministic: the same entries, index,
+// Planner decides file by file. It is deterministic: the same entries, views,
 // clock and options always give the same decisions.
+//
+// Liveness comes from Index (the pods, from the API server), Sandboxes (the
+// sandboxes, from the container runtime) or both; at least one is set. With
+// both, a file goes only when both say it is dead. Boot, when set, makes the
+// files of sandboxes recorded under an earlier boot stale even when their pod
+// is live, but never when the runtime still knows the sandbox.
 type Planner struct {
-	Index  PodIndex
-	Now    time.Time
-	MinAge time.Duration
+	Index     PodIndex     // nil: no pod liveness
+	Sandboxes SandboxIndex // nil: no sandbox liveness
+	Boot      BootRecord   // nil: not reboot-aware
+	Now       time.Time
+	MinAge    time.Duration
 }
 
 // old reports whether e is past the minimum age. A file from the future (a
@@ -124,23 +163,58 @@ func (p Planner) Results(e ResultsEntry) Decision {
 	if e.ParseReason != "" {
 		return keep(e.ParseReason)
 	}
-	var live bool
-	gone := ReasonPodGone
-	switch c := e.Cache; {
-	case c.PodUID != "":
-		live = p.Index.HasUID(c.PodUID)
-	case c.PodNamespace != "" && c.PodName != "":
-		live, gone = p.Index.HasName(c.PodNamespace, c.PodName), ReasonPodNameGone
-	default:
-		return keep(ReasonNoIdentity)
+	ids := e.Sandboxes()
+	if p.Sandboxes != nil {
+		// A file whose name and containerId disagree names two sandboxes:
+		// either one known to the runtime keeps it.
+		for _, id := range ids {
+			if p.Sandboxes.Has(id) {
+				return keep(ReasonSandboxLive)
+			}
+		}
 	}
-	if live {
-		return keep(ReasonPodLive)
+	if p.Boot != nil && len(ids) > 0 && p.allEarlierBoot(ids) {
+		// No minimum age: the sandbox is from before the boot, so no ADD of
+		// it can be running, and mtimes from before a boot mean little
+		// (clocks jump at boot).
+		return remove(ReasonEarlierBoot)
+	}
+	gone := ReasonSandboxGone
+	if p.Index != nil {
+		var live bool
+		gone = ReasonPodGone
+		switch c := e.Cache; {
+		case c.PodUID != "":
+			live = p.Index.HasUID(c.PodUID)
+		case c.PodNamespace != "" && c.PodName != "":
+			live, gone = p.Index.HasName(c.PodNamespace, c.PodName), ReasonPodNameGone
+		default:
+			return keep(ReasonNoIdentity)
+		}
+		if live {
+			return keep(ReasonPodLive)
+		}
+	}
+	if p.Sandboxes != nil && len(ids) == 0 {
+		// Sandbox liveness cannot vouch for a file that names no sandbox.
+		return keep(ReasonNoIdentity)
 	}
 	if !p.old(e.Entry) {
 		return keep(ReasonTooYoung)
 	}
 	return remove(gone)
+}
+
+// allEarlierBoot reports whether every sandbox a file names was recorded
+// under an earlier boot: a file that also names a sandbox not known to be
+// earlier is judged by liveness alone.
+func (p Planner) allEarlierBoot(ids []SandboxID) bool {
+	for _, id := range ids {
+		if !p.Boot.EarlierBoot(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // Sandboxes returns the sandboxes a results file names: the ID in its file
@@ -160,10 +234,15 @@ func (e ResultsEntry) Sandboxes() []SandboxID {
 
 // Scratch decides a scratch file (phase 2) given the set of sandboxes that
 // the remaining results files name. Its content is never consulted: a
-// zero-length or corrupt scratch file is judged by its name alone.
+// zero-length or corrupt scratch file is judged by its name alone. With
+// sandbox liveness, the scratch file of a sandbox the runtime knows stays:
+// multus reads it on the sandbox's CNI DEL.
 func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{}) Decision {
 	if _, ok := referenced[id]; ok {
 		return keep(ReasonSandboxReferenced)
+	}
+	if p.Sandboxes != nil && p.Sandboxes.Has(id) {
+		return keep(ReasonSandboxLive)
 	}
 	if !p.old(e) {
 		return keep(ReasonTooYoung)

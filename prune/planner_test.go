@@ -98,3 +98,106 @@ func TestResultsEntrySandboxes(t *testing.T) {
 		}
 	}
 }
+
+// sandboxSet is a SandboxIndex and a BootRecord over a fixed set.
+type sandboxSet map[SandboxID]struct{}
+
+func (s sandboxSet) Synced() bool                  { return true }
+func (s sandboxSet) Has(id SandboxID) bool         { _, ok := s[id]; return ok }
+func (s sandboxSet) EarlierBoot(id SandboxID) bool { return s.Has(id) }
+
+func sid(t *testing.T, s string) SandboxID {
+	t.Helper()
+	id, ok := ParseSandboxID(s)
+	if !ok {
+		t.Fatalf("bad sandbox id %q", s)
+	}
+	return id
+}
+
+func TestPlannerLiveness(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	old, young := now.Add(-time.Hour), now.Add(-time.Minute)
+	known := sid(t, liveSandbox) // the runtime knows it
+	// failedAdd: unknown to the runtime, never recorded.
+	prior := sid(t, thickSandbox) // recorded under an earlier boot, unknown to the runtime
+	pods := NewPodSet([]PodRef{{Namespace: "default", Name: "live", UID: liveUID}})
+	runtime := sandboxSet{known: {}}
+	boot := sandboxSet{prior: {}, known: {}}
+	file := func(mtime time.Time, sandbox, containerID, uid string) ResultsEntry {
+		return ResultsEntry{
+			Entry: Entry{Name: "net-" + sandbox + "-eth0", ModTime: mtime},
+			Cache: CacheFile{ContainerID: containerID, PodUID: uid, PodNamespace: "default", PodName: "x"},
+		}
+	}
+	var (
+		api      = Planner{Index: pods, Now: now, MinAge: 15 * time.Minute}
+		cri      = Planner{Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute}
+		both     = Planner{Index: pods, Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute}
+		apiBoot  = Planner{Index: pods, Boot: boot, Now: now, MinAge: 15 * time.Minute}
+		criBoot  = Planner{Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute}
+		bothBoot = Planner{Index: pods, Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute}
+	)
+	tests := []struct {
+		name string
+		p    Planner
+		e    ResultsEntry
+		want Decision
+	}{
+		// cri: the runtime alone decides; the pod is not looked at.
+		{"cri: sandbox known, pod gone", cri, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+		{"cri: sandbox gone, pod live", cri, file(old, failedAdd, failedAdd, liveUID), remove(ReasonSandboxGone)},
+		{"cri: sandbox gone, young", cri, file(young, failedAdd, failedAdd, liveUID), keep(ReasonTooYoung)},
+		{"cri: name and containerId disagree, one known", cri, file(old, failedAdd, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+		{"cri: name and containerId disagree, other known", cri, file(old, liveSandbox, failedAdd, "gone"), keep(ReasonSandboxLive)},
+		{"cri: no sandbox at all", cri, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: "gone"}}, keep(ReasonNoIdentity)},
+		{"cri: no pod identity, sandbox gone", cri, file(old, failedAdd, failedAdd, ""), remove(ReasonSandboxGone)},
+		// both: a removal needs the pod gone and the sandbox unknown.
+		{"both: pod live, sandbox gone", both, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
+		{"both: pod gone, sandbox known", both, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+		{"both: pod gone, sandbox gone", both, file(old, failedAdd, failedAdd, "gone"), remove(ReasonPodGone)},
+		{"both: pod gone, no sandbox", both, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: "gone"}}, keep(ReasonNoIdentity)},
+		// api: unchanged, the runtime is not asked.
+		{"api: pod live", api, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
+		{"api: pod gone", api, file(old, liveSandbox, liveSandbox, "gone"), remove(ReasonPodGone)},
+		// Reboot-aware: an earlier boot's sandbox goes even when its pod is
+		// live, and even when its mtime looks young (clocks jump at boot).
+		{"boot: earlier boot, pod live", apiBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot: earlier boot, young mtime", apiBoot, file(young, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot: earlier boot, mtime from the future", apiBoot, file(now.Add(24*time.Hour), thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot: current boot, pod live", apiBoot, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
+		{"boot: name earlier, containerId not", apiBoot, file(old, thickSandbox, failedAdd, liveUID), keep(ReasonPodLive)},
+		{"boot: containerId earlier, name not", apiBoot, file(old, failedAdd, thickSandbox, liveUID), keep(ReasonPodLive)},
+		{"boot: unparseable file of an earlier boot", apiBoot, ResultsEntry{Entry: Entry{Name: "net-" + thickSandbox + "-eth0", ModTime: old}, ParseReason: ReasonUnparseable}, keep(ReasonUnparseable)},
+		{"boot: earlier boot, no pod identity", apiBoot, file(old, thickSandbox, thickSandbox, ""), remove(ReasonEarlierBoot)},
+		{"boot+cri: earlier boot, runtime knows it", criBoot, file(old, liveSandbox, liveSandbox, liveUID), keep(ReasonSandboxLive)},
+		{"boot+cri: earlier boot, runtime does not", criBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot+both: earlier boot, pod live, runtime does not know it", bothBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot+both: earlier boot, runtime knows it", bothBoot, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.Results(tc.e); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlannerScratchSandboxLive(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	known, gone := sid(t, liveSandbox), sid(t, failedAdd)
+	p := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute}
+	for _, tc := range []struct {
+		name string
+		id   SandboxID
+		want Decision
+	}{
+		{"runtime knows the sandbox", known, keep(ReasonSandboxLive)},
+		{"runtime does not", gone, remove(ReasonOrphanScratch)},
+	} {
+		if got := p.Scratch(Entry{Name: tc.id.String(), ModTime: now.Add(-time.Hour)}, tc.id, nil); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -12,15 +12,16 @@ import (
 type counts struct {
 	// scanned counts entries by phase; "other" counts entries of the cache
 	// directory that are neither.
-	scanned map[Phase]int
-	removed map[Phase]int
-	kept    map[Reason]int
-	errors  int
-	cniDel  CNIDelCounts
+	scanned   map[Phase]int
+	removed   map[Phase]int
+	removedBy map[Reason]int
+	kept      map[Reason]int
+	errors    int
+	cniDel    CNIDelCounts
 }
 
 func newCounts() counts {
-	return counts{scanned: map[Phase]int{}, removed: map[Phase]int{}, kept: map[Reason]int{}}
+	return counts{scanned: map[Phase]int{}, removed: map[Phase]int{}, removedBy: map[Reason]int{}, kept: map[Reason]int{}}
 }
 
 // Summary is what one prune did.
@@ -32,6 +33,8 @@ type Summary struct {
 	Scanned map[Phase]int `json:"scanned"`
 	// Removed counts removals (in a dry run: would-be removals) by phase.
 	Removed map[Phase]int `json:"removed"`
+	// RemovedBy counts the same removals by reason.
+	RemovedBy map[Reason]int `json:"removedBy"`
 	// Kept counts kept files by reason.
 	Kept map[Reason]int `json:"kept"`
 	// Errors counts files that could not be read, checked or removed.
@@ -40,6 +43,10 @@ type Summary struct {
 	// had a Releaser (--cni-del).
 	CNIDel   *CNIDelCounts `json:"cniDel,omitempty"`
 	Duration time.Duration `json:"-"`
+
+	// kept holds the sandboxes named by the results files left after a run
+	// that read all of them; nil otherwise.
+	kept map[SandboxID]struct{}
 }
 
 // CNIDelCounts counts the CNI DELs of a run. Attempted is Succeeded plus
@@ -53,7 +60,7 @@ type CNIDelCounts struct {
 
 func newSummary(dir string, dryRun, cniDel bool) *Summary {
 	c := newCounts()
-	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, Kept: c.kept}
+	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, RemovedBy: c.removedBy, Kept: c.kept}
 	if cniDel {
 		s.CNIDel = &CNIDelCounts{}
 	}
@@ -67,6 +74,9 @@ func (s *Summary) add(c *counts) {
 	for k, v := range c.removed {
 		s.Removed[k] += v
 	}
+	for k, v := range c.removedBy {
+		s.RemovedBy[k] += v
+	}
 	for k, v := range c.kept {
 		s.Kept[k] += v
 	}
@@ -77,6 +87,12 @@ func (s *Summary) add(c *counts) {
 		s.CNIDel.Failed += c.cniDel.Failed
 	}
 }
+
+// KeptSandboxes returns the sandboxes that the results files kept by the run
+// name, or nil when the run did not read every results file (it stopped, or
+// the results directory could not be read). In a dry run, files that would
+// be removed are not in it. The caller must not modify the set.
+func (s *Summary) KeptSandboxes() map[SandboxID]struct{} { return s.kept }
 
 // Remaining returns how many files of a phase are left after the run.
 func (s *Summary) Remaining(p Phase) int {
@@ -117,14 +133,19 @@ func (s *Summary) WriteText(w io.Writer) error {
 			return err
 		}
 	}
-	reasons := make([]string, 0, len(s.Kept))
-	for r := range s.Kept {
-		reasons = append(reasons, string(r))
-	}
-	sort.Strings(reasons)
-	for _, r := range reasons {
-		if _, err := fmt.Fprintf(w, "  kept %-20s %d\n", r, s.Kept[Reason(r)]); err != nil {
-			return err
+	for _, by := range []struct {
+		verb string
+		m    map[Reason]int
+	}{{verb, s.RemovedBy}, {"kept", s.Kept}} {
+		reasons := make([]string, 0, len(by.m))
+		for r := range by.m {
+			reasons = append(reasons, string(r))
+		}
+		sort.Strings(reasons)
+		for _, r := range reasons {
+			if _, err := fmt.Fprintf(w, "  %s %-20s %d\n", by.verb, r, by.m[Reason(r)]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
