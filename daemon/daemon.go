@@ -11,18 +11,50 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"k8s.io/client-go/metadata"
 
+	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
+// Liveness says what decides that a cache file's sandbox is dead.
+type Liveness string
+
+// The liveness modes.
+const (
+	// LivenessAPI: the pod is not on the node in the API server.
+	LivenessAPI Liveness = "api"
+	// LivenessCRI: the container runtime does not know the sandbox; no API
+	// server access at all.
+	LivenessCRI Liveness = "cri"
+	// LivenessBoth: both must agree before a removal.
+	LivenessBoth Liveness = "both"
+)
+
+// ParseLiveness parses api, cri or both.
+func ParseLiveness(s string) (Liveness, error) {
+	switch l := Liveness(s); l {
+	case LivenessAPI, LivenessCRI, LivenessBoth:
+		return l, nil
+	}
+	return "", fmt.Errorf("invalid liveness %q: want api, cri or both", s)
+}
+
+// Pods reports whether the mode needs the API server's view of the pods.
+func (l Liveness) Pods() bool { return l != LivenessCRI }
+
+// Runtime reports whether the mode needs the container runtime.
+func (l Liveness) Runtime() bool { return l == LivenessCRI || l == LivenessBoth }
+
 // Config is what the daemon does; Options inject what it does it with.
 type Config struct {
-	// NodeName is this node; only its pods are watched.
+	// NodeName is this node; only its pods are watched. Optional with cri
+	// liveness, where it only labels the logs.
 	NodeName string
 	// Prune configures each prune run (directory, minimum age, dry run).
 	Prune prune.Options
@@ -36,15 +68,34 @@ type Config struct {
 	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
 	// empty disables the server.
 	MetricsAddr string
+	// Liveness is what decides that a sandbox is dead; default api.
+	Liveness Liveness
+	// StateDir, when set with RebootAware, holds the boot record
+	// (prune.BootState); it must survive reboots.
+	StateDir string
+	// RebootAware makes the files of sandboxes recorded under an earlier
+	// boot stale. Needs StateDir.
+	RebootAware bool
+	// BootIDFile is read for the current boot ID; default
+	// prune.DefaultBootIDFile.
+	BootIDFile string
 }
 
 // Validate checks the configuration without touching anything.
 func (c Config) Validate() error {
-	if c.NodeName == "" {
+	if c.NodeName == "" && c.Liveness != LivenessCRI {
 		return errors.New("node name is required")
 	}
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return fmt.Errorf("invalid schedule %q: %w", c.Schedule, err)
+	}
+	if c.Liveness != "" {
+		if _, err := ParseLiveness(string(c.Liveness)); err != nil {
+			return err
+		}
+	}
+	if c.RebootAware && c.StateDir == "" {
+		return errors.New("reboot-aware staleness needs a state directory")
 	}
 	return nil
 }
@@ -55,8 +106,13 @@ type Option func(*Daemon)
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// WithMetadataClient sets the client for the pod informer. Required.
+// WithMetadataClient sets the client for the pod informer. Required unless
+// the liveness is cri.
 func WithMetadataClient(c metadata.Interface) Option { return func(d *Daemon) { d.client = c } }
+
+// WithRuntime sets the container runtime's client. Required when the
+// liveness is cri or both.
+func WithRuntime(c *cri.Client) Option { return func(d *Daemon) { d.runtime = c } }
 
 // WithListener serves HTTP on l instead of listening on Config.MetricsAddr,
 // for tests that need the port before Run.
@@ -84,11 +140,14 @@ type Daemon struct {
 	listener  net.Listener
 	onReady   func()
 	uninstall Uninstaller
+	runtime   *cri.Client
 
 	schedule cron.Schedule
-	view     *podView
+	view     *podView // nil with cri liveness
+	boot     *prune.BootState
 	metrics  *metrics
-	running  sync.Mutex // held by the prune run in progress
+	ready    atomic.Bool // first sync done
+	running  sync.Mutex  // held by the prune run in progress
 }
 
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
@@ -101,18 +160,34 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.client == nil {
+	if d.cfg.Liveness == "" {
+		d.cfg.Liveness = LivenessAPI
+	}
+	if d.cfg.Liveness.Pods() && d.client == nil {
 		return nil, errors.New("no metadata client")
+	}
+	if d.cfg.Liveness.Runtime() && d.runtime == nil {
+		return nil, errors.New("no container runtime client")
 	}
 	sched, _ := cron.ParseStandard(cfg.Schedule) // checked by Validate
 	if cfg.SyncTimeout <= 0 {
 		d.cfg.SyncTimeout = 30 * time.Second
 	}
+	if d.cfg.BootIDFile == "" {
+		d.cfg.BootIDFile = prune.DefaultBootIDFile
+	}
 	d.schedule = sched
-	d.log = d.log.With("node", cfg.NodeName)
+	if cfg.NodeName != "" {
+		d.log = d.log.With("node", cfg.NodeName)
+	}
 	d.cfg.Prune.Logger = d.log
-	d.view = newPodView(d.client, cfg.NodeName)
-	d.metrics = newMetrics(cfg.Prune.Dir, d.view)
+	if d.cfg.Liveness.Pods() {
+		d.view = newPodView(d.client, cfg.NodeName)
+	}
+	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil)
+	if d.cfg.RebootAware {
+		d.boot = d.loadBoot()
+	}
 	if d.uninstall != nil {
 		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
 			return nil, err
@@ -141,7 +216,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 
-	wg.Go(func() { d.view.run(ctx) })
+	if d.view != nil {
+		wg.Go(func() { d.view.run(ctx) })
+	}
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
 		// if the prune never gets a fresh view.
@@ -151,11 +228,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		})
 	}
-	d.log.Info("waiting for the first sync of the node's pods")
 	if !d.waitFirstSync(ctx, errc) {
 		return d.httpError(errc)
 	}
-	d.log.Info("pods synced", "pods", d.view.Len())
+	d.ready.Store(true)
 	if d.onReady != nil {
 		d.onReady()
 	}
@@ -167,7 +243,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	c.Start()
 	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "dry_run", d.cfg.Prune.DryRun,
-		"cni_del", d.cfg.Prune.Release != nil)
+		"cni_del", d.cfg.Prune.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
 
 	select {
 	case <-ctx.Done():
@@ -183,10 +259,31 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
+// waitFirstSync waits for the first sync of the node's pods or, with cri
+// liveness alone, for the first answer of the runtime.
 func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
+	if d.view != nil {
+		d.log.Info("waiting for the first sync of the node's pods")
+	} else {
+		d.log.Info("waiting for the container runtime", "endpoint", d.runtime.Endpoint())
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for !d.view.HasSynced() {
+	var lastTry time.Time
+	for {
+		if d.view != nil && d.view.HasSynced() {
+			d.log.Info("pods synced", "pods", d.view.Len())
+			return true
+		}
+		if d.view == nil && time.Since(lastTry) >= time.Second {
+			lastTry = time.Now()
+			name, version, err := d.runtime.Version(ctx)
+			if err == nil {
+				d.log.Info("container runtime answered", "runtime", name, "runtime_version", version)
+				return true
+			}
+			d.log.Debug("container runtime not answering", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return false
@@ -196,7 +293,25 @@ func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
 		case <-tick.C:
 		}
 	}
-	return true
+}
+
+// loadBoot reads the boot ID and the boot record. Any failure is logged and
+// counted, never fatal: without a boot ID the daemon is not reboot-aware;
+// with an unusable record nothing is earlier-boot until the next reboot.
+func (d *Daemon) loadBoot() *prune.BootState {
+	id, err := prune.ReadBootID(d.cfg.BootIDFile)
+	if err != nil {
+		d.metrics.bootErrors.Inc()
+		d.log.Warn("no boot id: reboot-aware staleness is off", "error", err)
+		return nil
+	}
+	b, err := prune.LoadBootState(d.cfg.StateDir, id)
+	if err != nil {
+		d.metrics.bootErrors.Inc()
+		d.log.Warn("boot record unusable: no sandbox counts as earlier-boot", "state_dir", d.cfg.StateDir, "error", err)
+	}
+	d.log.Info("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
+	return b
 }
 
 func (d *Daemon) httpError(errc chan error) error {
@@ -217,17 +332,47 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
-	if !d.view.waitFresh(ctx, d.cfg.SyncTimeout) {
-		if ctx.Err() != nil {
+	var idx prune.PodIndex
+	if d.view != nil {
+		if !d.view.waitFresh(ctx, d.cfg.SyncTimeout) {
+			if ctx.Err() != nil {
+				return
+			}
+			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
+			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", d.view.LastError())
 			return
 		}
-		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
-		d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", d.view.LastError())
-		return
+		idx = d.view
+	}
+	opts := d.cfg.Prune
+	if d.runtime != nil {
+		// One CRI call per cycle; the API server sees none.
+		s, err := d.runtime.Sandboxes(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.metrics.skipped.WithLabelValues(skipCRIUnavailable).Inc()
+			d.log.Warn("prune skipped: no list of sandboxes from the container runtime; nothing deleted", "error", err)
+			return
+		}
+		opts.Sandboxes = s
+		d.metrics.sandboxes.Set(float64(s.Len()))
+	}
+	if d.boot != nil {
+		opts.Boot = d.boot
 	}
 	d.metrics.runs.Inc()
-	sum, err := prune.Run(ctx, d.view, d.cfg.Prune)
+	sum, err := prune.Run(ctx, idx, opts)
 	d.metrics.observe(sum, err)
+	if err == nil && d.boot != nil && !sum.DryRun {
+		// A dry run leaves the record as it is: what it would remove must
+		// stay earlier-boot for the real run.
+		if err := d.boot.Save(sum.KeptSandboxes()); err != nil {
+			d.metrics.bootErrors.Inc()
+			d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot", "error", err)
+		}
+	}
 	attrs := []any{
 		"removed_results", sum.Removed[prune.PhaseResults], "removed_scratch", sum.Removed[prune.PhaseScratch],
 		"scanned_results", sum.Scanned[prune.PhaseResults], "scanned_scratch", sum.Scanned[prune.PhaseScratch],
@@ -239,8 +384,11 @@ func (d *Daemon) cycle(ctx context.Context) {
 	if c := sum.CNIDel; c != nil {
 		attrs = append(attrs, "cni_del_attempted", c.Attempted, "cni_del_succeeded", c.Succeeded, "cni_del_failed", c.Failed)
 	}
+	for r, n := range sum.RemovedBy {
+		attrs = append(attrs, "removed_"+string(r), n)
+	}
 	switch {
-	case errors.Is(err, prune.ErrNotSynced):
+	case errors.Is(err, prune.ErrNotSynced) && d.view != nil:
 		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
 		d.log.Warn("prune stopped: the view of the node's pods went stale", append(attrs, "error", d.view.LastError())...)
 	case err != nil:

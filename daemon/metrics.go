@@ -14,8 +14,9 @@ import (
 
 // Reasons a scheduled prune is skipped; a closed set, used as a label.
 const (
-	skipNotSynced    = "not-synced"
-	skipStillRunning = "still-running"
+	skipNotSynced      = "not-synced"
+	skipStillRunning   = "still-running"
+	skipCRIUnavailable = "cri-unavailable"
 )
 
 // Results of a CNI DEL; a closed set, used as a label.
@@ -31,7 +32,15 @@ func keptReasons() []prune.Reason {
 		prune.ReasonPodLive, prune.ReasonTooYoung, prune.ReasonSandboxReferenced, prune.ReasonUnparseable,
 		prune.ReasonNotCache, prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular,
 		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError, prune.ReasonCNIDelFailed,
-		prune.ReasonCNIDelDeferred,
+		prune.ReasonCNIDelDeferred, prune.ReasonSandboxLive,
+	}
+}
+
+// removedReasons lists every reason a file can be removed.
+func removedReasons() []prune.Reason {
+	return []prune.Reason{
+		prune.ReasonPodGone, prune.ReasonPodNameGone, prune.ReasonOrphanScratch,
+		prune.ReasonSandboxGone, prune.ReasonEarlierBoot,
 	}
 }
 
@@ -42,6 +51,9 @@ type metrics struct {
 
 	removed     *prometheus.CounterVec
 	cniDels     *prometheus.CounterVec
+	removedBy   *prometheus.CounterVec
+	bootErrors  prometheus.Counter
+	sandboxes   prometheus.Gauge
 	runs        prometheus.Counter
 	failures    prometheus.Counter
 	fileErrors  prometheus.Counter
@@ -54,7 +66,10 @@ type metrics struct {
 	viewFresh   prometheus.GaugeFunc
 }
 
-func newMetrics(cacheDir string, view *podView) *metrics {
+// newMetrics makes the daemon's metrics; view is nil with cri liveness, and
+// the pod series are then absent, as sweep_runtime_sandboxes is without a
+// runtime.
+func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -65,6 +80,18 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 			Name: "sweep_prune_cni_dels_total",
 			Help: "CNI DELs run before removing results files (--cni-del), by result (succeeded, failed); attempted is their sum. A failed DEL keeps its file for the next run.",
 		}, []string{"result"}),
+		removedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_prune_removals_total",
+			Help: "Cache files removed by the prune (the same removals as sweep_prune_removed_files_total), by reason (pod-gone, pod-name-gone, orphan-scratch, sandbox-gone, earlier-boot).",
+		}, []string{"reason"}),
+		bootErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_boot_record_errors_total",
+			Help: "Failures to read the boot ID or the boot record, or to write the record; reboot-aware staleness then knows fewer sandboxes, never more.",
+		}),
+		sandboxes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_runtime_sandboxes",
+			Help: "Pod sandboxes, in any state, that the container runtime listed at the last prune (cri and both liveness).",
+		}),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_prune_runs_total",
 			Help: "Prune runs started.",
@@ -79,7 +106,7 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_skipped_runs_total",
-			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; still-running: the previous run had not finished).",
+			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; cri-unavailable: no list of sandboxes from the container runtime; still-running: the previous run had not finished).",
 		}, []string{"reason"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_prune_last_success_timestamp_seconds",
@@ -98,11 +125,13 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 			Name: "sweep_multus_cache_files",
 			Help: "Files in the multus cache after the last prune run, by directory (results, scratch).",
 		}, []string{"dir"}),
-		pods: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	}
+	if view != nil {
+		m.pods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sweep_pods",
 			Help: "Pods on this node in the daemon's view.",
-		}, func() float64 { return float64(view.Len()) }),
-		viewFresh: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		}, func() float64 { return float64(view.Len()) })
+		m.viewFresh = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sweep_pod_view_fresh",
 			Help: "1 while the view of the node's pods is synced and following the API server, else 0; prunes run only at 1.",
 		}, func() float64 {
@@ -110,7 +139,11 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 				return 1
 			}
 			return 0
-		}),
+		})
+		m.registry.MustRegister(m.pods, m.viewFresh)
+	}
+	if withRuntime {
+		m.registry.MustRegister(m.sandboxes)
 	}
 	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
 		m.removed.WithLabelValues(string(p))
@@ -119,11 +152,14 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
-	for _, r := range []string{skipNotSynced, skipStillRunning} {
+	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable} {
 		m.skipped.WithLabelValues(r)
 	}
 	for _, r := range keptReasons() {
 		m.kept.WithLabelValues(string(r))
+	}
+	for _, r := range removedReasons() {
+		m.removedBy.WithLabelValues(string(r))
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sweep_build_info",
@@ -132,8 +168,8 @@ func newMetrics(cacheDir string, view *podView) *metrics {
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.cniDels, m.runs, m.failures, m.fileErrors, m.skipped, m.lastSuccess, m.duration, m.kept, m.cacheFiles,
-		m.pods, m.viewFresh, buildInfo, newInodeCollector(cacheDir),
+		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.runs, m.failures, m.fileErrors, m.skipped,
+		m.lastSuccess, m.duration, m.kept, m.cacheFiles, buildInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -151,6 +187,9 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		if c := sum.CNIDel; c != nil {
 			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
 			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
+		}
+		for _, r := range removedReasons() {
+			m.removedBy.WithLabelValues(string(r)).Add(float64(sum.RemovedBy[r]))
 		}
 	}
 	if err != nil {

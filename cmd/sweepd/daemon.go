@@ -33,34 +33,59 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			PruneOnStart: *onStart,
 			SyncTimeout:  p.syncWait,
 			MetricsAddr:  *addr,
+			Liveness:     p.liveness,
+			StateDir:     p.stateDir,
+			RebootAware:  p.rebootAware,
+			BootIDFile:   p.bootIDFile,
 		}
 		if err := dcfg.Validate(); err != nil {
 			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
 			return exitUsage
 		}
-		if err := u.validate(p.node); err != nil {
+		if u.enabled() && p.node == "" {
+			fmt.Fprintln(e.stderr, "sweepd daemon: --node-name (or $NODE_NAME) is required with --cleanup-config-dir")
+			return exitUsage
+		}
+		if u.enabled() && !p.liveness.Pods() {
+			fmt.Fprintln(e.stderr, "sweepd daemon: --cleanup-config-dir needs API server access: not with --liveness=cri")
+			return exitUsage
+		}
+		if err := u.validate(p.node, p.stateDir); err != nil {
 			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
 			return exitUsage
 		}
-		cfg, err := p.kube.restConfig()
-		if err != nil {
-			e.log.Error("no kubernetes access", "error", err)
-			return exitFail
-		}
-		client, err := metadata.NewForConfig(cfg)
-		if err != nil {
-			e.log.Error("metadata client", "error", err)
-			return exitFail
-		}
 		ready := systemdNotifier(ctx, e.log, *addr)
-		opts := []daemon.Option{daemon.WithLogger(e.log), daemon.WithMetadataClient(client), daemon.WithReadyNotifier(ready)}
-		if u.enabled() {
-			o, err := u.option(cfg, e.log)
+		opts := []daemon.Option{daemon.WithLogger(e.log), daemon.WithReadyNotifier(ready)}
+		rt, err := p.runtime()
+		if err != nil {
+			e.log.Error("container runtime client", "error", err)
+			return exitFail
+		}
+		if rt != nil {
+			opts = append(opts, daemon.WithRuntime(rt))
+		}
+		// Without pods (--liveness=cri) no kubeconfig is read, no informer
+		// runs and the API server is never contacted.
+		if p.liveness.Pods() {
+			cfg, err := p.kube.restConfig()
 			if err != nil {
-				e.log.Error("uninstall cleanup", "error", err)
+				e.log.Error("no kubernetes access", "error", err)
 				return exitFail
 			}
-			opts = append(opts, o)
+			client, err := metadata.NewForConfig(cfg)
+			if err != nil {
+				e.log.Error("metadata client", "error", err)
+				return exitFail
+			}
+			opts = append(opts, daemon.WithMetadataClient(client))
+			if u.enabled() {
+				o, err := u.option(cfg, e.log)
+				if err != nil {
+					e.log.Error("uninstall cleanup", "error", err)
+					return exitFail
+				}
+				opts = append(opts, o)
+			}
 		}
 		d, err := daemon.New(dcfg, opts...)
 		if err != nil {

@@ -28,7 +28,6 @@ func addDaemonUninstallFlags(fs *flag.FlagSet) *daemonUninstallFlags {
 	f := &daemonUninstallFlags{}
 	c := &f.cfg
 	fs.StringVar(&c.ConfigDir, "cleanup-config-dir", "", "watch this directory (the mounted, optional cleanup ConfigMap, or a plain directory) for file-config.json and resource-config.json and run the uninstall cleanup when they appear; empty disables")
-	fs.StringVar(&c.StateDir, "state-dir", "", "directory that survives restarts (a hostPath), where finished uninstall cleanup work is remembered; empty keeps it in memory")
 	fs.IntVar(&f.timeoutSec, "cleanup-timeout", int(uninstall.DefaultTimeout/time.Second), "seconds the uninstall barrier waits, after the first node finished, for the other nodes before the cluster phase goes ahead without them")
 	fs.StringVar(&f.selfGVR, "self-gvr", "apps/v1/daemonsets", "group/version/resource of the daemon's workload; only a DaemonSet is supported")
 	fs.StringVar(&c.DaemonSet, "self-name", "", "name of the daemon's DaemonSet; enables the coordinated cluster phase (resources, then self-cleanup)")
@@ -46,11 +45,13 @@ func addDaemonUninstallFlags(fs *flag.FlagSet) *daemonUninstallFlags {
 
 func (f *daemonUninstallFlags) enabled() bool { return f.cfg.ConfigDir != "" }
 
-// validate checks the flags, with the node name of the prune flags.
-func (f *daemonUninstallFlags) validate(node string) error {
+// validate checks the flags, with the node name and the state directory
+// (--state-dir, shared with the boot record) of the prune flags.
+func (f *daemonUninstallFlags) validate(node, stateDir string) error {
 	if !f.enabled() {
 		return nil
 	}
+	f.cfg.StateDir = stateDir
 	if f.timeoutSec <= 0 {
 		return errors.New("--cleanup-timeout must be positive")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,19 +14,28 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/sweep-k8s/sweep/cnidel"
+	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/daemon"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
 // pruneFlags are the flags of a prune, shared by `prune` and `daemon`.
 type pruneFlags struct {
-	node     string
-	dir      string
-	minAge   time.Duration
-	dryRun   bool
-	workers  int
-	kube     *kubeFlags
-	syncWait time.Duration
+	fs          *flag.FlagSet
+	node        string
+	dir         string
+	minAge      time.Duration
+	dryRun      bool
+	workers     int
+	kube        *kubeFlags
+	syncWait    time.Duration
+	livenessArg string
+	liveness    daemon.Liveness
+	criEndpoint string
+	criTimeout  time.Duration
+	stateDir    string
+	rebootAware bool
+	bootIDFile  string
 
 	cniDel        bool
 	cniBinDir     string
@@ -34,7 +44,7 @@ type pruneFlags struct {
 }
 
 func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
-	p := &pruneFlags{kube: addKubeFlags(fs)}
+	p := &pruneFlags{fs: fs, kube: addKubeFlags(fs)}
 	fs.StringVar(&p.node, "node-name", os.Getenv("NODE_NAME"), "name of this node; default $NODE_NAME")
 	fs.StringVar(&p.dir, "multus-dir", "/var/lib/cni/multus", "multus cache directory")
 	fs.DurationVar(&p.minAge, "min-age", 15*time.Minute, "keep files younger than this; their CNI ADD may still be running")
@@ -45,11 +55,29 @@ func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
 	fs.StringVar(&p.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI plugin directories for --cni-del, separated by colons like CNI_PATH")
 	fs.DurationVar(&p.cniDelTimeout, "cni-del-timeout", cnidel.DefaultTimeout, "with --cni-del, the limit of each plugin call; a plugin still running then is killed")
 	fs.IntVar(&p.cniDelMax, "cni-del-max", 1000, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit)")
+	fs.StringVar(&p.livenessArg, "liveness", string(daemon.LivenessAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
+	fs.StringVar(&p.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
+	fs.DurationVar(&p.criTimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
+	fs.StringVar(&p.stateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty keeps nothing")
+	fs.BoolVar(&p.rebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists; only with --state-dir")
+	fs.StringVar(&p.bootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID")
 	return p
 }
 
+// set reports whether the flag was given on the command line.
+func (p *pruneFlags) set(name string) bool {
+	found := false
+	p.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
 func (p *pruneFlags) validate() error {
-	if p.node == "" {
+	l, err := daemon.ParseLiveness(p.livenessArg)
+	if err != nil {
+		return fmt.Errorf("--liveness: %w", err)
+	}
+	p.liveness = l
+	if p.node == "" && l.Pods() {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
 	if p.minAge < 0 {
@@ -63,6 +91,21 @@ func (p *pruneFlags) validate() error {
 	}
 	if p.cniDel && p.cniBinDir == "" {
 		return errors.New("--cni-del needs --cni-bin-dir")
+	}
+	if l.Runtime() {
+		if _, err := cri.ParseEndpoint(p.criEndpoint); err != nil {
+			return fmt.Errorf("--cri-endpoint: %w", err)
+		}
+		if p.criTimeout <= 0 {
+			return errors.New("--cri-timeout must be positive")
+		}
+	}
+	if p.stateDir == "" {
+		if p.rebootAware && p.set("reboot-aware") {
+			return errors.New("--reboot-aware needs --state-dir")
+		}
+		// On by default only where there is somewhere to keep the record.
+		p.rebootAware = false
 	}
 	return nil
 }
@@ -89,6 +132,34 @@ func (p *pruneFlags) options(e *env) (prune.Options, error) {
 	return opts, nil
 }
 
+// runtime returns the CRI client, or nil when the liveness does not use it.
+func (p *pruneFlags) runtime() (*cri.Client, error) {
+	if !p.liveness.Runtime() {
+		return nil, nil
+	}
+	return cri.New(p.criEndpoint, p.criTimeout)
+}
+
+// bootState loads the boot record for --reboot-aware, or returns nil when it
+// is off or there is no boot ID. Failures are logged, never fatal: they make
+// the prune know fewer earlier-boot sandboxes, never more.
+func (p *pruneFlags) bootState(log *slog.Logger) *prune.BootState {
+	if !p.rebootAware {
+		return nil
+	}
+	id, err := prune.ReadBootID(p.bootIDFile)
+	if err != nil {
+		log.Warn("no boot id: reboot-aware staleness is off", "error", err)
+		return nil
+	}
+	b, err := prune.LoadBootState(p.stateDir, id)
+	if err != nil {
+		log.Warn("boot record unusable: no sandbox counts as earlier-boot", "state_dir", p.stateDir, "error", err)
+	}
+	log.Debug("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
+	return b
+}
+
 func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 	p := addPruneFlags(fs)
 	output := fs.String("output", "text", "summary format: text or json")
@@ -101,31 +172,65 @@ func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			fmt.Fprintf(e.stderr, "sweepd prune: invalid --output %q: want text or json\n", *output)
 			return exitUsage
 		}
-		log := e.log.With("node", p.node)
+		log := e.log
+		if p.node != "" {
+			log = log.With("node", p.node)
+		}
 		opts, err := p.options(e)
 		if err != nil {
 			log.Error("nothing deleted", "error", err)
 			return exitFail
 		}
-		cfg, err := p.kube.restConfig()
-		if err != nil {
-			log.Error("no kubernetes access; nothing deleted", "error", err)
-			return exitFail
-		}
-		client, err := metadata.NewForConfig(cfg)
-		if err != nil {
-			log.Error("metadata client; nothing deleted", "error", err)
-			return exitFail
-		}
-		pods, err := daemon.ListNodePods(ctx, client, p.node, p.syncWait)
-		if err != nil {
-			log.Error("no complete view of the node's pods; nothing deleted", "error", err)
-			return exitFail
-		}
 		opts.Logger = log
+		// Without pods (--liveness=cri) no kubeconfig is read and the API
+		// server is never contacted.
+		var pods prune.PodIndex
+		if p.liveness.Pods() {
+			cfg, err := p.kube.restConfig()
+			if err != nil {
+				log.Error("no kubernetes access; nothing deleted", "error", err)
+				return exitFail
+			}
+			client, err := metadata.NewForConfig(cfg)
+			if err != nil {
+				log.Error("metadata client; nothing deleted", "error", err)
+				return exitFail
+			}
+			set, err := daemon.ListNodePods(ctx, client, p.node, p.syncWait)
+			if err != nil {
+				log.Error("no complete view of the node's pods; nothing deleted", "error", err)
+				return exitFail
+			}
+			pods = set
+		}
+		rt, err := p.runtime()
+		if err != nil {
+			log.Error("container runtime client; nothing deleted", "error", err)
+			return exitFail
+		}
+		if rt != nil {
+			s, err := rt.Sandboxes(ctx)
+			if err != nil {
+				log.Error("no list of sandboxes from the container runtime; nothing deleted", "error", err)
+				return exitFail
+			}
+			log.Debug("sandboxes listed", "endpoint", rt.Endpoint(), "sandboxes", s.Len(), "ready", s.Ready())
+			opts.Sandboxes = s
+		}
+		boot := p.bootState(log)
+		if boot != nil {
+			opts.Boot = boot
+		}
 		sum, err := prune.Run(ctx, pods, opts)
 		if err != nil {
 			log.Error("prune stopped", "error", err)
+		}
+		if err == nil && boot != nil && !sum.DryRun {
+			// A dry run leaves the record as it is: what it would remove
+			// must stay earlier-boot for the real run.
+			if err := boot.Save(sum.KeptSandboxes()); err != nil {
+				log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot", "error", err)
+			}
 		}
 		if *output == "json" {
 			_ = json.NewEncoder(e.stdout).Encode(sum)
