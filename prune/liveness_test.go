@@ -97,7 +97,7 @@ func TestRunLiveness(t *testing.T) {
 	}{
 		{name: "api", pods: true, left: "after,before", removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonOrphanScratch: 1}},
 		{name: "api, reboot-aware", pods: true, earlier: []string{"before"}, left: "after",
-			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 2, prune.ReasonOrphanScratch: 2}},
+			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 3, prune.ReasonOrphanScratch: 1}},
 		{name: "cri", runtime: []string{"after"}, left: "after",
 			removedBy: map[prune.Reason]int{prune.ReasonSandboxGone: 4, prune.ReasonOrphanScratch: 2}},
 		{name: "cri, runtime still knows the old sandbox", runtime: []string{"after", "before"}, left: "after,before",
@@ -107,7 +107,7 @@ func TestRunLiveness(t *testing.T) {
 		{name: "both, runtime knows the dead pod's sandbox", pods: true, runtime: []string{"after", "dead"}, left: "after,before,dead",
 			removedBy: map[prune.Reason]int{}},
 		{name: "both, reboot-aware", pods: true, runtime: []string{"after"}, earlier: []string{"before"}, left: "after",
-			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 2, prune.ReasonOrphanScratch: 2}},
+			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 3, prune.ReasonOrphanScratch: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -236,13 +236,19 @@ func (e ResultsEntry) Sandboxes() []SandboxID {
 // the remaining results files name. Its content is never consulted: a
 // zero-length or corrupt scratch file is judged by its name alone. With
 // sandbox liveness, the scratch file of a sandbox the runtime knows stays:
-// multus reads it on the sandbox's CNI DEL.
+// multus reads it on the sandbox's CNI DEL. An unreferenced scratch file of a
+// sandbox recorded under an earlier boot goes whatever its mtime.
 func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{}) Decision {
 	if _, ok := referenced[id]; ok {
 		return keep(ReasonSandboxReferenced)
 	}
 	if p.Sandboxes != nil && p.Sandboxes.Has(id) {
 		return keep(ReasonSandboxLive)
+	}
+	if p.Boot != nil && p.Boot.EarlierBoot(id) {
+		// As for results files: no minimum age for a sandbox from before
+		// the boot.
+		return remove(ReasonEarlierBoot)
 	}
 	if !p.old(e) {
 		return keep(ReasonTooYoung)

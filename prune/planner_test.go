@@ -187,16 +187,25 @@ func TestPlannerLiveness(t *testing.T) {
 func TestPlannerScratchSandboxLive(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	known, gone := sid(t, liveSandbox), sid(t, failedAdd)
-	p := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute}
+	prior := sid(t, thickSandbox)
+	cri := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute}
+	boot := Planner{Index: NewPodSet(nil), Sandboxes: sandboxSet{known: {}}, Boot: sandboxSet{prior: {}, known: {}}, Now: now, MinAge: 15 * time.Minute}
 	for _, tc := range []struct {
-		name string
-		id   SandboxID
-		want Decision
+		name  string
+		p     Planner
+		id    SandboxID
+		mtime time.Time
+		ref   map[SandboxID]struct{}
+		want  Decision
 	}{
-		{"runtime knows the sandbox", known, keep(ReasonSandboxLive)},
-		{"runtime does not", gone, remove(ReasonOrphanScratch)},
+		{"runtime knows the sandbox", cri, known, now.Add(-time.Hour), nil, keep(ReasonSandboxLive)},
+		{"runtime does not", cri, gone, now.Add(-time.Hour), nil, remove(ReasonOrphanScratch)},
+		{"earlier boot, mtime from the future", boot, prior, now.Add(time.Hour), nil, remove(ReasonEarlierBoot)},
+		{"earlier boot, still referenced", boot, prior, now.Add(-time.Hour), map[SandboxID]struct{}{prior: {}}, keep(ReasonSandboxReferenced)},
+		{"earlier boot, runtime knows it", boot, known, now.Add(-time.Hour), nil, keep(ReasonSandboxLive)},
+		{"current boot, young", boot, gone, now, nil, keep(ReasonTooYoung)},
 	} {
-		if got := p.Scratch(Entry{Name: tc.id.String(), ModTime: now.Add(-time.Hour)}, tc.id, nil); got != tc.want {
+		if got := tc.p.Scratch(Entry{Name: tc.id.String(), ModTime: tc.mtime}, tc.id, tc.ref); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

@@ -1,0 +1,315 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/fakecri"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// pruneSummary is the part of `sweepd prune --output=json` the tests read.
+type pruneSummary struct {
+	Removed   map[string]int `json:"removed"`
+	RemovedBy map[string]int `json:"removedBy"`
+	Kept      map[string]int `json:"kept"`
+}
+
+// runPrune runs `sweepd prune` with args and returns its summary (when it
+// printed one), stderr and exit status.
+func runPrune(t *testing.T, env []string, args ...string) (pruneSummary, string, int) {
+	t.Helper()
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sweepd prune %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr.String())
+	var sum pruneSummary
+	if len(out) > 0 {
+		if err := json.Unmarshal(out, &sum); err != nil {
+			t.Fatalf("summary: %v", err)
+		}
+	}
+	return sum, stderr.String(), code
+}
+
+// sandboxFiles writes one sandbox's files and returns their paths.
+func sandboxFiles(t *testing.T, dir, id string, pod multuscache.Pod, mtime time.Time) []string {
+	t.Helper()
+	paths, err := multuscache.Sandbox(dir, id, pod, multuscache.DefaultAttachments(), mtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths
+}
+
+func checkFiles(t *testing.T, what string, paths []string, want bool) {
+	t.Helper()
+	for _, p := range paths {
+		if exists(p) != want {
+			t.Errorf("%s: %s exists = %v, want %v", what, filepath.Base(p), !want, want)
+		}
+	}
+}
+
+func writeBootID(t *testing.T, path, id string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPruneRebootAware fakes a reboot: the boot ID file changes between two
+// runs. Live pods whose cache files were recorded under boot A lose them
+// once the boot ID says B; the files of the same pods' new sandboxes stay.
+func TestPruneRebootAware(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	dir := filepath.Join(t.TempDir(), "multus")
+	state := filepath.Join(t.TempDir(), "state")
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	old := time.Now().Add(-time.Hour)
+	pods := map[string]multuscache.Pod{}
+	for _, name := range []string{"web", "db"} {
+		pods[name] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(t, cs, "default", name, "node-a")}
+	}
+	base := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--multus-dir=" + dir, "--min-age=15m", "--boot-id-file=" + bootFile}
+
+	// Boot A: the pods' first sandboxes. A run records them.
+	writeBootID(t, bootFile, "7d4f0c6e-aaaa-4b1e-8f3a-00000000000a")
+	var beforeReboot []string
+	for _, name := range []string{"web", "db"} {
+		beforeReboot = append(beforeReboot, sandboxFiles(t, dir, multuscache.NewSandboxID(), pods[name], old)...)
+	}
+	if sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state)...); code != 0 || sum.Removed["results"] != 0 {
+		t.Fatalf("boot A: exit %d, summary %+v", code, sum)
+	}
+	checkFiles(t, "boot A", beforeReboot, true)
+	if _, err := os.Stat(filepath.Join(state, "boot-record.json")); err != nil {
+		t.Fatalf("no boot record: %v", err)
+	}
+
+	// Reboot: boot B. The kubelet made new sandboxes for the same pods. The
+	// clock jumped: the old files now look as if written in the future.
+	writeBootID(t, bootFile, "7d4f0c6e-bbbb-4b1e-8f3a-00000000000b")
+	future := time.Now().Add(24 * time.Hour)
+	for _, p := range beforeReboot {
+		if err := os.Chtimes(p, future, future); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var afterReboot []string
+	for _, name := range []string{"web", "db"} {
+		afterReboot = append(afterReboot, sandboxFiles(t, dir, multuscache.NewSandboxID(), pods[name], time.Now())...)
+	}
+
+	t.Run("--reboot-aware=false keeps every file of a live pod", func(t *testing.T) {
+		sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state, "--reboot-aware=false")...)
+		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "not reboot-aware", append(beforeReboot, afterReboot...), true)
+	})
+
+	t.Run("without --state-dir it is off", func(t *testing.T) {
+		sum, _, code := runPrune(t, nil, base...)
+		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		if _, _, code := runPrune(t, nil, append(base, "--reboot-aware")...); code != 2 {
+			t.Fatalf("--reboot-aware without --state-dir: exit %d, want 2", code)
+		}
+	})
+
+	t.Run("dry run reports and leaves files and record alone", func(t *testing.T) {
+		record, _ := os.ReadFile(filepath.Join(state, "boot-record.json"))
+		sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state, "--dry-run")...)
+		if code != 0 || sum.RemovedBy["earlier-boot"] != 6 || sum.Removed["scratch"] != 2 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "dry run", append(beforeReboot, afterReboot...), true)
+		if after, _ := os.ReadFile(filepath.Join(state, "boot-record.json")); !bytes.Equal(after, record) {
+			t.Fatal("dry run changed the boot record")
+		}
+	})
+
+	t.Run("the earlier boot's files go, the new sandboxes' stay", func(t *testing.T) {
+		sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state)...)
+		// 4 results and 2 scratch files, though their mtimes are in the
+		// future: mtimes from before a boot mean nothing.
+		if code != 0 || sum.RemovedBy["earlier-boot"] != 6 || sum.Kept["pod-live"] != 4 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "earlier boot", beforeReboot, false)
+		checkFiles(t, "this boot", afterReboot, true)
+		// Again in the same boot: nothing more.
+		sum, _, code = runPrune(t, nil, append(base, "--state-dir="+state)...)
+		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 {
+			t.Fatalf("second run: exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "this boot, second run", afterReboot, true)
+	})
+
+	t.Run("corrupt record: warning, nothing earlier-boot, record rewritten", func(t *testing.T) {
+		if err := os.WriteFile(filepath.Join(state, "boot-record.json"), []byte(`{"bootID":"x","sandboxes":["nope"`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		writeBootID(t, bootFile, "7d4f0c6e-cccc-4b1e-8f3a-00000000000c")
+		sum, stderr, code := runPrune(t, nil, append(base, "--state-dir="+state)...)
+		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 || !strings.Contains(stderr, "boot record unusable") {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "corrupt record", afterReboot, true)
+		data, err := os.ReadFile(filepath.Join(state, "boot-record.json"))
+		if err != nil || !strings.Contains(string(data), "cccc") {
+			t.Fatalf("record not rewritten: %s, %v", data, err)
+		}
+	})
+
+	t.Run("unwritable state directory: the prune goes on", func(t *testing.T) {
+		blocked := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sum, stderr, code := runPrune(t, nil, append(base, "--state-dir="+filepath.Join(blocked, "state"))...)
+		if code != 0 || sum.Kept["pod-live"] != 4 || !strings.Contains(stderr, "cannot write the boot record") {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+	})
+}
+
+// TestPruneCRILiveness runs `sweepd prune --liveness=cri` against a fake
+// container runtime that serves the real CRI gRPC API, with no kubeconfig
+// and no node name: no API server is involved at all.
+func TestPruneCRILiveness(t *testing.T) {
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: "5a0c2b1e-0000-4000-8000-000000000001"}
+	ready, notReady, gone := multuscache.NewSandboxID(), multuscache.NewSandboxID(), multuscache.NewSandboxID()
+	readyFiles := sandboxFiles(t, dir, ready, pod, old)
+	notReadyFiles := sandboxFiles(t, dir, notReady, pod, old)
+	goneFiles := sandboxFiles(t, dir, gone, pod, old)
+	rt.SetSandboxes(ready)
+	rt.Add(notReady, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
+	// Any kubeconfig would fail: none must be read.
+	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME="}
+	base := []string{"--liveness=cri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=15m", "--cri-timeout=1s"}
+
+	t.Run("runtime stopped: nothing deleted, exit 1", func(t *testing.T) {
+		rt.Stop()
+		defer rt.Resume(t)
+		_, stderr, code := runPrune(t, env, base...)
+		if code != 1 || !strings.Contains(stderr, "nothing deleted") {
+			t.Fatalf("exit %d", code)
+		}
+		checkFiles(t, "runtime stopped", goneFiles, true)
+	})
+
+	t.Run("runtime hangs: nothing deleted, exit 1 after --cri-timeout", func(t *testing.T) {
+		rt.SetHang(true)
+		defer rt.SetHang(false)
+		start := time.Now()
+		_, _, code := runPrune(t, env, base...)
+		if code != 1 {
+			t.Fatalf("exit %d", code)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("took %s", d)
+		}
+		checkFiles(t, "runtime hangs", goneFiles, true)
+	})
+
+	t.Run("dry run", func(t *testing.T) {
+		sum, _, code := runPrune(t, env, append(base, "--dry-run")...)
+		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Removed["scratch"] != 1 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "dry run", goneFiles, true)
+	})
+
+	t.Run("the sandbox the runtime does not know goes", func(t *testing.T) {
+		sum, _, code := runPrune(t, env, base...)
+		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 4 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "unknown sandbox", goneFiles, false)
+		checkFiles(t, "ready sandbox", readyFiles, true)
+		checkFiles(t, "NOTREADY sandbox", notReadyFiles, true)
+	})
+
+	t.Run("bad endpoint is a usage error", func(t *testing.T) {
+		if _, _, code := runPrune(t, env, "--liveness=cri", "--cri-endpoint=/run/containerd/containerd.sock", "--multus-dir="+dir); code != 2 {
+			t.Fatalf("exit %d, want 2", code)
+		}
+		if _, _, code := runPrune(t, env, "--liveness=kubelet", "--multus-dir="+dir); code != 2 {
+			t.Fatalf("exit %d, want 2", code)
+		}
+	})
+}
+
+// TestPruneBothLiveness: with --liveness=both a file goes only when its pod
+// is gone from the API server and its sandbox from the runtime.
+func TestPruneBothLiveness(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	gonePod := multuscache.Pod{Namespace: "default", Name: "gone", UID: "5a0c2b1e-0000-4000-8000-00000000dead"}
+	files := map[string][]string{}
+	var known []string
+	for _, c := range []struct {
+		name    string
+		pod     multuscache.Pod
+		runtime bool
+	}{{"live pod, known sandbox", live, true}, {"live pod, unknown sandbox", live, false}, {"gone pod, known sandbox", gonePod, true}, {"gone pod, unknown sandbox", gonePod, false}} {
+		id := multuscache.NewSandboxID()
+		files[c.name] = sandboxFiles(t, dir, id, c.pod, old)
+		if c.runtime {
+			known = append(known, id)
+		}
+	}
+	rt.SetSandboxes(known...)
+	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=15m", "--cri-timeout=1s"}
+
+	rt.SetHang(true)
+	if _, _, code := runPrune(t, nil, base...); code != 1 {
+		t.Fatalf("runtime hangs: exit %d, want 1", code)
+	}
+	rt.SetHang(false)
+	for _, f := range files {
+		checkFiles(t, "runtime hangs", f, true)
+	}
+
+	sum, _, code := runPrune(t, nil, base...)
+	if code != 0 || sum.RemovedBy["pod-gone"] != 2 || sum.Removed["scratch"] != 1 {
+		t.Fatalf("exit %d, summary %+v", code, sum)
+	}
+	for name, f := range files {
+		checkFiles(t, name, f, name != "gone pod, unknown sandbox")
+	}
+}
