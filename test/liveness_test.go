@@ -313,3 +313,162 @@ func TestPruneBothLiveness(t *testing.T) {
 		checkFiles(t, name, f, name != "gone pod, unknown sandbox")
 	}
 }
+
+// TestDaemonCRILiveness runs the daemon with --liveness=cri and no API
+// server at all: it prunes what the fake runtime does not know, skips and
+// counts cycles while the runtime hangs or is down, and resumes after, and
+// keeps its boot record in --state-dir.
+func TestDaemonCRILiveness(t *testing.T) {
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	state := filepath.Join(t.TempDir(), "state")
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	writeBootID(t, bootFile, "1f0e7c2a-aaaa-4d5e-9f00-00000000000a")
+	old := time.Now().Add(-time.Hour)
+	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: "5a0c2b1e-0000-4000-8000-000000000002"}
+	live, gone := multuscache.NewSandboxID(), multuscache.NewSandboxID()
+	liveFiles := sandboxFiles(t, dir, live, pod, old)
+	goneFiles := sandboxFiles(t, dir, gone, pod, old)
+	rt.SetSandboxes(live)
+
+	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
+		"--multus-dir="+dir, "--schedule=@every 1s", "--state-dir="+state, "--boot-id-file="+bootFile)
+	eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+
+	t.Run("prunes the sandbox the runtime does not know", func(t *testing.T) {
+		eventually(t, 15*time.Second, "unknown sandbox pruned", func() bool {
+			for _, p := range goneFiles {
+				if exists(p) {
+					return false
+				}
+			}
+			return true
+		})
+		checkFiles(t, "known sandbox", liveFiles, true)
+		eventually(t, 10*time.Second, "boot record", func() bool { return exists(filepath.Join(state, "boot-record.json")) })
+	})
+
+	for _, outage := range []struct {
+		name        string
+		start, stop func()
+	}{
+		{"hangs", func() { rt.SetHang(true) }, func() { rt.SetHang(false) }},
+		{"is down", rt.Stop, func() { rt.Resume(t) }},
+	} {
+		t.Run("no deletions while the runtime "+outage.name, func(t *testing.T) {
+			outage.start()
+			orphan := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
+			skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
+			eventually(t, 20*time.Second, "two skipped runs", func() bool {
+				return d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
+			})
+			checkFiles(t, "runtime "+outage.name, orphan, true)
+			outage.stop()
+			eventually(t, 20*time.Second, "pruning resumed", func() bool {
+				for _, p := range orphan {
+					if exists(p) {
+						return false
+					}
+				}
+				return true
+			})
+			checkFiles(t, "known sandbox", liveFiles, true)
+		})
+	}
+
+	t.Run("metrics pass promtool, no pod series", func(t *testing.T) {
+		_, body := d.get("/metrics")
+		cmd := exec.Command("promtool", "check", "metrics")
+		cmd.Stdin = strings.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("promtool check metrics: %v\n%s", err, out)
+		}
+		if strings.Contains(body, "sweep_pods ") || strings.Contains(body, "sweep_pod_view_fresh") {
+			t.Error("pod series without a pod view")
+		}
+		for series, want := range map[string]float64{
+			`sweep_runtime_sandboxes`:                                1,
+			`sweep_prune_removals_total{reason="sandbox-gone"}`:      6,
+			`sweep_prune_removals_total{reason="orphan-scratch"}`:    3,
+			`sweep_prune_kept_files{reason="sandbox-live"}`:          2,
+			`sweep_boot_record_errors_total`:                         0,
+			`sweep_prune_skipped_runs_total{reason="still-running"}`: -2, // any value
+		} {
+			got := d.metric(t, series)
+			if got < 0 || (want >= 0 && got != want) {
+				t.Errorf("%s = %v, want %v", series, got, want)
+			}
+		}
+	})
+}
+
+// TestDaemonRebootAwareBoth runs the daemon with --liveness=both across a
+// faked reboot: a restart with another boot ID. The live pod's sandbox from
+// before the reboot stays while the runtime still lists it (NOTREADY: its
+// DEL is the runtime's), goes once the runtime forgets it, and the pod's new
+// sandbox stays. A cycle still makes no API request.
+func TestDaemonRebootAwareBoth(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	state := filepath.Join(t.TempDir(), "state")
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	old := time.Now().Add(-time.Hour)
+	pod := multuscache.Pod{Namespace: "default", Name: "web", UID: createPod(t, cs, "default", "web", "node-a")}
+	args := []string{"--node-name=node-a", "--liveness=both", "--cri-endpoint=" + rt.Endpoint, "--cri-timeout=1s",
+		"--multus-dir=" + dir, "--schedule=@every 1s", "--state-dir=" + state, "--boot-id-file=" + bootFile}
+
+	// Boot A: one sandbox, recorded by the first daemon.
+	writeBootID(t, bootFile, "2b7c9d10-aaaa-4e6f-8a00-00000000000a")
+	before := multuscache.NewSandboxID()
+	beforeFiles := sandboxFiles(t, dir, before, pod, old)
+	rt.SetSandboxes(before)
+	d := startDaemon(t, cp.Kubeconfig, args...)
+	eventually(t, 30*time.Second, "a run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+	eventually(t, 10*time.Second, "boot record", func() bool { return exists(filepath.Join(state, "boot-record.json")) })
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	d.done <- <-d.done
+
+	// Boot B: the kubelet made a new sandbox; the runtime lists the old one
+	// as NOTREADY.
+	writeBootID(t, bootFile, "2b7c9d10-bbbb-4e6f-8a00-00000000000b")
+	after := multuscache.NewSandboxID()
+	afterFiles := sandboxFiles(t, dir, after, pod, old)
+	rt.SetSandboxes(after)
+	rt.Add(before, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
+	d = startDaemon(t, cp.Kubeconfig, args...)
+	eventually(t, 30*time.Second, "two runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 2 })
+	checkFiles(t, "earlier boot, runtime still knows it", beforeFiles, true)
+	checkFiles(t, "this boot", afterFiles, true)
+
+	// The runtime forgets the old sandbox: it goes, though its pod is live.
+	rt.SetSandboxes(after)
+	eventually(t, 20*time.Second, "earlier boot's files pruned", func() bool {
+		for _, p := range beforeFiles {
+			if exists(p) {
+				return false
+			}
+		}
+		return true
+	})
+	checkFiles(t, "this boot", afterFiles, true)
+	if got := d.metric(t, `sweep_prune_removals_total{reason="earlier-boot"}`); got != 3 {
+		t.Errorf("earlier-boot removals = %v, want 3 (2 results, 1 scratch)", got)
+	}
+
+	t.Run("zero API requests per prune cycle", func(t *testing.T) {
+		requests := sweepdRequests(t, cp.AuditLog())
+		runs, lists := d.metric(t, "sweep_prune_runs_total"), rt.Lists()
+		eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
+		if after := sweepdRequests(t, cp.AuditLog()); after != requests {
+			t.Fatalf("%d API requests during the runs, want 0", after-requests)
+		}
+		if rt.Lists()-lists < 3 {
+			t.Fatalf("%d CRI lists for three runs", rt.Lists()-lists)
+		}
+	})
+}
