@@ -218,6 +218,44 @@ func TestChartRender(t *testing.T) {
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cni-") }) || spec.HostNetwork {
 			t.Error("CNI DEL flags or hostNetwork without cniDel.enabled")
 		}
+		// Reboot-aware by default, so the state directory is there; API
+		// liveness by default, so no runtime socket.
+		for _, want := range []string{"--liveness=api", "--state-dir=/var/lib/sweep", "--reboot-aware=true"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("daemon args %v lack %s", c.Args, want)
+			}
+		}
+		if !hasHostPathMount(spec, "/var/lib/sweep", "/var/lib/sweep", false) {
+			t.Error("no read-write hostPath /var/lib/sweep for the boot record")
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cri-endpoint") }) || hasHostPathMount(spec, "/run/containerd", "/run/containerd", true) {
+			t.Error("CRI socket without cri liveness")
+		}
+	})
+
+	t.Run("cri liveness, not reboot-aware", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "daemon.rebootAware=false"))
+		spec, c := daemonPod(t, objs, "rel-sweep")
+		for _, want := range []string{"--liveness=cri", "--cri-endpoint=unix:///run/containerd/containerd.sock", "--reboot-aware=false"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("daemon args %v lack %s", c.Args, want)
+			}
+		}
+		// The socket's directory, read-only, so that a runtime restart's
+		// new socket is seen.
+		if !hasHostPathMount(spec, "/run/containerd", "/run/containerd", true) {
+			t.Error("no read-only hostPath /run/containerd")
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--state-dir") }) || hasHostPathMount(spec, "/var/lib/sweep", "/var/lib/sweep", false) {
+			t.Error("state directory without rebootAware or uninstall")
+		}
+	})
+
+	t.Run("liveness is checked", func(t *testing.T) {
+		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", "daemon.liveness=kubelet").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "liveness") {
+			t.Fatalf("daemon.liveness=kubelet accepted: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("all options", func(t *testing.T) {
@@ -235,6 +273,7 @@ func TestChartRender(t *testing.T) {
 			"--self-name=" + name, "--self-namespace=" + chartNamespace, "--sa-name=" + name,
 			"--cluster-role-name=" + name, "--cluster-role-binding-name=" + name,
 			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-timeout=120",
+			"--liveness=both", "--cri-endpoint=unix:///var/run/crio/crio.sock", "--reboot-aware=true",
 		} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("daemon args %v lack %s", c.Args, want)
@@ -287,6 +326,30 @@ func TestChartRender(t *testing.T) {
 			}
 		}
 	})
+}
+
+// daemonPod returns the pod spec and container of the DaemonSet name.
+func daemonPod(t *testing.T, objs []*unstructured.Unstructured, name string) (corev1.PodSpec, corev1.Container) {
+	t.Helper()
+	pod, _, _ := unstructured.NestedMap(findObject(t, objs, "DaemonSet", name).Object, "spec", "template", "spec")
+	var spec corev1.PodSpec
+	if err := runtimeConvert(pod, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec, spec.Containers[0]
+}
+
+// hasHostPathMount reports whether the first container mounts host path
+// hostPath at mountPath, read-only or not.
+func hasHostPathMount(spec corev1.PodSpec, hostPath, mountPath string, readOnly bool) bool {
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == hostPath {
+			return slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == v.Name && m.MountPath == mountPath && m.ReadOnly == readOnly
+			})
+		}
+	}
+	return false
 }
 
 // TestChartApply applies both renders to a real API server with
