@@ -58,7 +58,7 @@ func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
 	fs.StringVar(&p.livenessArg, "liveness", string(daemon.LivenessAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
 	fs.StringVar(&p.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
 	fs.DurationVar(&p.criTimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
-	fs.StringVar(&p.stateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty keeps nothing")
+	fs.StringVar(&p.stateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty: no reboot-awareness, uninstall state in memory only")
 	fs.BoolVar(&p.rebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists; only with --state-dir")
 	fs.StringVar(&p.bootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID")
 	return p
