@@ -76,7 +76,8 @@ func (c *Client) call(ctx context.Context, f func(context.Context, runtimeapi.Ru
 	if err != nil {
 		return fmt.Errorf("container runtime %s: %w", c.endpoint, err)
 	}
-	defer conn.Close()
+	// Closing a connection that only made one call has nothing to report.
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := f(ctx, runtimeapi.NewRuntimeServiceClient(conn)); err != nil {
