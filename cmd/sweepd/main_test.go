@@ -28,6 +28,13 @@ func TestRunUsage(t *testing.T) {
 		{name: "prune without node", args: []string{"prune", "--node-name="}, code: exitUsage, stderr: "--node-name"},
 		{name: "prune bad output", args: []string{"prune", "--node-name=n", "--output=yaml"}, code: exitUsage, stderr: "invalid --output"},
 		{name: "daemon bad schedule", args: []string{"daemon", "--node-name=n", "--schedule=sometimes"}, code: exitUsage, stderr: "invalid schedule"},
+		{name: "bad liveness", args: []string{"prune", "--node-name=n", "--liveness=kubelet"}, code: exitUsage, stderr: "--liveness: invalid liveness"},
+		{name: "cri endpoint without scheme", args: []string{"prune", "--liveness=cri", "--cri-endpoint=/run/containerd/containerd.sock"}, code: exitUsage, stderr: "--cri-endpoint"},
+		{name: "cri timeout zero", args: []string{"prune", "--liveness=both", "--node-name=n", "--cri-timeout=0s"}, code: exitUsage, stderr: "--cri-timeout"},
+		{name: "both needs a node", args: []string{"prune", "--node-name=", "--liveness=both"}, code: exitUsage, stderr: "--node-name"},
+		{name: "reboot-aware without state dir", args: []string{"prune", "--node-name=n", "--reboot-aware"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
+		{name: "daemon reboot-aware without state dir", args: []string{"daemon", "--node-name=n", "--reboot-aware=true"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
+		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "not with --liveness=cri"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
