@@ -187,3 +187,61 @@ func TestRunLivenessFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLivenessRelease: CNI DEL replay with sandbox liveness alone (no pod
+// index) and with an earlier boot: the DEL runs for every file removed, and
+// the fresh-view check before it uses the runtime's view.
+func TestRunLivenessRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		pods      bool
+		runtime   []string
+		earlier   []string
+		synced    int64
+		released  int
+		left      string
+		wantError error
+	}{
+		{name: "cri", runtime: []string{"after"}, synced: 1 << 40, released: 4, left: "after"},
+		{name: "api, reboot-aware", pods: true, earlier: []string{"before"}, synced: 1 << 40, released: 4, left: "after"},
+		{name: "cri, runtime view lost before the first DEL", runtime: []string{"after"}, synced: 1, released: 0,
+			left: "after,before,dead", wantError: prune.ErrNotSynced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lt := newLivenessTree(t)
+			names := map[string]string{"before": lt.before, "after": lt.after, "dead": lt.dead}
+			rel := &fakeReleaser{dir: lt.dir, t: t}
+			opts := prune.Options{Dir: lt.dir, MinAge: 15 * time.Minute, Release: rel, Workers: 1}
+			var idx prune.PodIndex
+			if tc.pods {
+				idx = lt.pods
+			}
+			if tc.runtime != nil {
+				var ids []string
+				for _, n := range tc.runtime {
+					ids = append(ids, names[n])
+				}
+				s := newSandboxes(ids...)
+				s.n.Store(tc.synced)
+				opts.Sandboxes = s
+			}
+			if tc.earlier != nil {
+				var ids []string
+				for _, n := range tc.earlier {
+					ids = append(ids, names[n])
+				}
+				opts.Boot = newSandboxes(ids...)
+			}
+			_, err := prune.Run(t.Context(), idx, opts)
+			if !errors.Is(err, tc.wantError) {
+				t.Fatalf("err %v, want %v", err, tc.wantError)
+			}
+			if len(rel.names) != tc.released {
+				t.Errorf("released %v, want %d", rel.names, tc.released)
+			}
+			if got := lt.sandboxesLeft(t); got != tc.left {
+				t.Errorf("left %q, want %q", got, tc.left)
+			}
+		})
+	}
+}
