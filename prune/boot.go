@@ -95,14 +95,28 @@ func LoadBootState(dir, bootID string) (*BootState, error) {
 	if len(data) > maxBootRecordSize {
 		return b, fmt.Errorf("%w: %s is larger than %d bytes", ErrBootRecordCorrupt, path, maxBootRecordSize)
 	}
+	earlier, err := parseBootRecord(data, bootID)
+	if err != nil {
+		return b, fmt.Errorf("%w: %s: %w", ErrBootRecordCorrupt, path, err)
+	}
+	b.earlier = earlier
+	return b, nil
+}
+
+// parseBootRecord returns the sandboxes of a record that are earlier-boot
+// for the current boot bootID. Any flaw fails the whole record.
+func parseBootRecord(data []byte, bootID string) (map[SandboxID]struct{}, error) {
 	var rec bootRecord
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
-		return b, fmt.Errorf("%w: %s: %w", ErrBootRecordCorrupt, path, err)
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data")
 	}
 	if rec.BootID == "" {
-		return b, fmt.Errorf("%w: %s: no boot id", ErrBootRecordCorrupt, path)
+		return nil, errors.New("no boot id")
 	}
 	earlier := map[SandboxID]struct{}{}
 	for _, l := range []struct {
@@ -112,15 +126,14 @@ func LoadBootState(dir, bootID string) (*BootState, error) {
 		for _, s := range l.ids {
 			id, ok := ParseSandboxID(s)
 			if !ok {
-				return b, fmt.Errorf("%w: %s: bad sandbox id %q", ErrBootRecordCorrupt, path, s)
+				return nil, fmt.Errorf("bad sandbox id %q", s)
 			}
 			if l.earlier {
 				earlier[id] = struct{}{}
 			}
 		}
 	}
-	b.earlier = earlier
-	return b, nil
+	return earlier, nil
 }
 
 // BootID returns the current boot's ID.

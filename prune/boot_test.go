@@ -1,6 +1,7 @@
 package prune
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -152,6 +153,31 @@ func TestBootState(t *testing.T) {
 		s, err := LoadBootState(dir, "boot-2")
 		if err == nil || s == nil || s.Earlier() != 0 {
 			t.Fatalf("state %v, error %v", s, err)
+		}
+	})
+}
+
+// FuzzParseBootRecord: a record is all or nothing. Whatever the bytes, the
+// parser does not panic; when it accepts them, every earlier-boot sandbox is
+// one the record names, and none at all when the record is of the current
+// boot and has no earlierBoot list.
+func FuzzParseBootRecord(f *testing.F) {
+	f.Add([]byte(`{"bootID":"a","sandboxes":["`+liveSandbox+`"],"earlierBoot":["`+failedAdd+`"]}`), "b")
+	f.Add([]byte(`{"bootID":"a","sandboxes":["`+liveSandbox+`"],"earlierBoot":[]}`), "a")
+	f.Add([]byte(`{"bootID":"a","sandboxes":null}`), "a")
+	f.Add([]byte(`{"bootID":"a"} {}`), "b")
+	f.Fuzz(func(t *testing.T, data []byte, bootID string) {
+		earlier, err := parseBootRecord(data, bootID)
+		if err != nil {
+			if earlier != nil {
+				t.Fatal("a partial result with an error")
+			}
+			return
+		}
+		for id := range earlier {
+			if !bytes.Contains(data, []byte(id.String())) {
+				t.Fatalf("%s is earlier-boot but not in %q", id, data)
+			}
 		}
 	})
 }
