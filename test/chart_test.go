@@ -249,6 +249,18 @@ func TestChartRender(t *testing.T) {
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--state-dir") }) || hasHostPathMount(spec, "/var/lib/sweep", "/var/lib/sweep", false) {
 			t.Error("state directory without rebootAware or uninstall")
 		}
+		// No API server: no token, no rights.
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Error("service account token mounted with cri liveness")
+		}
+		if rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules"); len(rules) != 0 {
+			t.Errorf("ClusterRole rules %v with cri liveness, want none", rules)
+		}
+		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "daemon.liveness=cri", "--set", "uninstall.enabled=true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "uninstall.enabled needs it") {
+			t.Errorf("cri liveness with uninstall.enabled rendered: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("liveness is checked", func(t *testing.T) {
@@ -372,7 +384,7 @@ func TestChartApply(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		values []string
-	}{{"defaults", nil}, {"all options", []string{"--values", chartAllValues}}} {
+	}{{"defaults", nil}, {"all options", []string{"--values", chartAllValues}}, {"cri liveness", []string{"--set", "daemon.liveness=cri"}}} {
 		t.Run(c.name, func(t *testing.T) {
 			manifest := renderChart(t, c.values...)
 			objs := decodeObjects(t, manifest)
