@@ -351,4 +351,48 @@ func TestCNIDelEndToEnd(t *testing.T) {
 			t.Fatalf("exit %d, summary %+v; want nothing", code, sum)
 		}
 	})
+
+	t.Run("daemon", func(t *testing.T) {
+		// live-1 dies without DEL while the daemon runs: its next cycle
+		// releases the attachments, counts them, and leaves live-0 alone.
+		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--min-age=0s",
+			"--schedule=@every 1s", "--cni-del", "--cni-bin-dir="+binDir)
+		eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		const ok = `sweep_prune_cni_dels_total{result="succeeded"}`
+		if n := d.metric(t, ok); n != 0 {
+			t.Fatalf("%s = %v before any pod died", ok, n)
+		}
+		var live0, live1 *cniPod
+		for _, p := range pods {
+			switch p.name {
+			case "live-0":
+				live0 = p
+			case "live-1":
+				live1 = p
+			}
+		}
+		deletePod(t, cs, "default", live1.name)
+		eventually(t, 30*time.Second, "two DELs counted", func() bool { return d.metric(t, ok) == float64(len(nets)) })
+		want := []string{nets[0].name + "-" + live0.sandbox + "-eth0", nets[1].name + "-" + live0.sandbox + "-net1"}
+		sort.Strings(want)
+		if got := results(t); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("results files left %v, want %v", got, want)
+		}
+		if n := allocated(t, live1); n != 0 {
+			t.Errorf("live-1 still holds %d IP allocations", n)
+		}
+		if n := allocated(t, live0); n != len(nets) {
+			t.Errorf("live-0 holds %d of its %d IP allocations", n, len(nets))
+		}
+		for _, p := range []*cniPod{live0, live1} {
+			for _, v := range p.veths {
+				if linkExists(t, v) != (p == live0) {
+					t.Errorf("%s: host veth %s exists: %v", p.name, v, p != live0)
+				}
+			}
+		}
+		if n := d.metric(t, `sweep_prune_cni_dels_total{result="failed"}`); n != 0 {
+			t.Errorf("%v failed DELs", n)
+		}
+	})
 }
