@@ -307,3 +307,75 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestUninstallAPIServerRestart: the API server restarts while the
+// daemons wait at the barrier for the last node, long enough for every
+// Lease to expire. The uninstall still completes once that node reports:
+// every node's files gone, each cluster resource deleted once, everything
+// garbage-collected.
+func TestUninstallAPIServerRestart(t *testing.T) {
+	cp := controlplane.Start(t, controlplane.WithControllerManager())
+	cs := cp.Clientset(t)
+	createNodes(t, cs)
+	r := installRelease(t, cp, cs, "sweep-system", "sweep")
+	for _, n := range uninstallNodes {
+		r.startNode(t, r.nodes[n])
+	}
+	late := r.nodes["node-d"]
+	_, out, code := r.runUninstall(t, "3m")
+	data := r.cleanupData(t, cs)
+	for _, n := range uninstallNodes {
+		if n != late.name {
+			project(t, data, r.nodes[n].configDir)
+		}
+	}
+	for _, n := range uninstallNodes {
+		if n != late.name {
+			eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
+		}
+	}
+	cp.KillAPIServer()
+	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
+	time.Sleep(4 * time.Second) // past --cleanup-lease-duration=3s
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API server back at %s", time.Now().Format(time.StampMicro))
+	for _, cm := range r.leftovers {
+		if _, err := cs.CoreV1().ConfigMaps(r.ns).Get(t.Context(), cm, metav1.GetOptions{}); err != nil {
+			t.Fatalf("leftover %s: %v before node-d reported", cm, err)
+		}
+	}
+	project(t, data, late.configDir)
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("sweepd uninstall exit %d:\n%s", c, out)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("sweepd uninstall still running:\n%s", out)
+	}
+	for _, n := range uninstallNodes {
+		for _, f := range r.nodes[n].files {
+			if exists(f) {
+				t.Errorf("%s: %s still there", n, f)
+			}
+		}
+	}
+	evs := readAudit(t, cp.AuditLog())
+	for _, d := range []struct{ resource, name string }{
+		{"configmaps", r.leftovers[0]}, {"configmaps", r.leftovers[1]}, {"clusterroles", r.leftoverRole}, {"daemonsets", r.name},
+	} {
+		if dels := sweepdDeletes(evs, d.resource, d.name); len(dels) != 1 {
+			t.Errorf("%s %s deleted %d times, want 1", d.resource, d.name, len(dels))
+		}
+	}
+	ctx := t.Context()
+	eventually(t, 60*time.Second, "DaemonSet, RBAC, Leases and the cleanup ConfigMap gone", func() bool {
+		_, e1 := cs.AppsV1().DaemonSets(r.ns).Get(ctx, r.name, metav1.GetOptions{})
+		_, e2 := cs.RbacV1().ClusterRoles().Get(ctx, r.name, metav1.GetOptions{})
+		_, e3 := cs.CoreV1().ConfigMaps(r.ns).Get(ctx, r.cleanupCMName, metav1.GetOptions{})
+		leases, err := cs.CoordinationV1().Leases(r.ns).List(ctx, metav1.ListOptions{})
+		return gone(e1) && gone(e2) && gone(e3) && err == nil && len(leases.Items) == 0
+	})
+}
