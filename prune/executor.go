@@ -104,6 +104,10 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	}
 	err := e.run(ctx, sum)
 	sum.Duration = time.Since(start)
+	if n := e.fileWarnings.Load(); n > maxFileWarnings {
+		opts.Logger.Warn("more file problems than logged; see the summary's error count, or --log-level=debug for each",
+			"logged", maxFileWarnings, "not_logged", n-maxFileWarnings)
+	}
 	return sum, err
 }
 
@@ -117,6 +121,23 @@ type executor struct {
 	stop atomic.Bool
 	// releases counts the Release calls taken against MaxReleases.
 	releases atomic.Int64
+	// fileWarnings counts the per-file warnings of the run, so that a
+	// read-only or failing filesystem does not log a line per file.
+	fileWarnings atomic.Int64
+}
+
+// maxFileWarnings is how many per-file problems a run logs at warning level;
+// the rest are logged at debug level and counted in the summary.
+const maxFileWarnings = 20
+
+// warnFile logs a problem with one file: at warning level for the first
+// maxFileWarnings of the run, then at debug level.
+func (e *executor) warnFile(msg string, args ...any) {
+	if e.fileWarnings.Add(1) <= maxFileWarnings {
+		e.opts.Logger.Warn(msg, args...)
+	} else if e.debug {
+		e.opts.Logger.Debug(msg, args...)
+	}
 }
 
 // reserveRelease takes one of the run's Release calls; false once the cap is
@@ -272,7 +293,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode) {
 	case errors.Is(err, errNotRegular):
 		d = keep(ReasonNotRegular)
 	case err != nil:
-		w.e.opts.Logger.Warn("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
+		w.e.warnFile("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
 		d = keep(ReasonError)
 		w.counts.errors++
 	default:
@@ -380,7 +401,7 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 			w.counts.scanned[PhaseScratch]--
 			return
 		}
-		w.e.opts.Logger.Warn("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
+		w.e.warnFile("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
 		w.counts.errors++
 		w.record(PhaseScratch, name, keep(ReasonError))
 		return
@@ -417,7 +438,7 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		return d // gone already: done
 	}
 	if err != nil {
-		w.e.opts.Logger.Warn("cannot re-check file", "phase", w.phase, "file", name, "error", err)
+		w.e.warnFile("cannot re-check file", "phase", w.phase, "file", name, "error", err)
 		w.counts.errors++
 		return keep(ReasonError)
 	}
@@ -450,7 +471,7 @@ func (w *worker) release(name string) bool {
 	if err != nil {
 		w.counts.cniDel.Failed++
 		w.counts.errors++
-		w.e.opts.Logger.Warn("cni del failed; file kept for the next run", "phase", w.phase, "file", name,
+		w.e.warnFile("cni del failed; file kept for the next run", "phase", w.phase, "file", name,
 			"duration_seconds", time.Since(start).Seconds(), "error", err)
 		return false
 	}
@@ -472,7 +493,7 @@ func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 		return keep(ReasonError)
 	}
 	if err := unix.Unlinkat(dirfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		w.e.opts.Logger.Warn("cannot remove file", "phase", w.phase, "file", name, "error", err)
+		w.e.warnFile("cannot remove file", "phase", w.phase, "file", name, "error", err)
 		w.counts.errors++
 		return keep(ReasonError)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -367,9 +368,18 @@ func TestRunReadOnlyFilesystem(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount read-only: %v: %s", err, out)
 	}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Logger: log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One warning per file would flood the log every run: 20, then a count.
+	if n := strings.Count(logs.String(), "cannot remove file"); n != 20 {
+		t.Errorf("%d per-file warnings, want 20", n)
+	}
+	if !strings.Contains(logs.String(), "more file problems than logged") {
+		t.Errorf("no count of the problems not logged:\n%s", logs.String())
 	}
 	results := sum.Scanned[prune.PhaseResults]
 	if results == 0 || sum.Errors != results || sum.Kept[prune.ReasonError] != results {
