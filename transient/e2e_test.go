@@ -433,6 +433,46 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("a suspended Job left by an interrupted run is replaced", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "leftover")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		// What a run killed between creating its Job and its ConfigMap
+		// leaves: a suspended Job of ours that never started. A Job of the
+		// same name that is not ours must stay and block the run.
+		leave := func(name string, labels map[string]string) {
+			t.Helper()
+			job := transient.JobFromCronJob(cj, name)
+			job.Labels = labels
+			job.Spec.Suspend = new(true)
+			if _, err := c.cs.BatchV1().Jobs(ns).Create(t.Context(), job, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		leave("manual", map[string]string{transient.RunLabel: "dead1"})
+		leave("theirs", nil)
+		time.Sleep(2500 * time.Millisecond) // past two --request-timeout=1s
+
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--request-timeout=1s",
+			"--from-literal=num=9", "--job-name=theirs", "--job-from=cronjob/nightly")
+		if code := r.wait(t, 30*time.Second); code != 1 || !strings.Contains(r.stderr.String(), "already exists") {
+			t.Fatalf("exit %d, want 1 and AlreadyExists:\n%s", code, &r.stderr)
+		}
+		if _, err := c.cs.BatchV1().Jobs(ns).Get(t.Context(), "theirs", metav1.GetOptions{}); err != nil {
+			t.Fatalf("a Job that is not ours was touched: %v", err)
+		}
+
+		r = c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--request-timeout=1s",
+			"--from-literal=num=9", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0\n%s", code, &r.stderr)
+		}
+		wantLines(t, r.stdout.String(), `job.batch/manual was left suspended by an interrupted run \(dead1\); replaced`,
+			`job.batch/manual created \(suspended\)`, `job.batch/manual resumed`, `configmap/cfg deleted`)
+	})
+
 	t.Run("failure with the dash spelling", func(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "failure")

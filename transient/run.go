@@ -5,9 +5,9 @@
 // The order is what makes it crash-safe: the Job is created suspended, then
 // the ConfigMap with an ownerReference to the Job's UID, then the Job is
 // resumed. A client that dies at any point leaves at worst a suspended Job
-// without ConfigMap (labelled with RunLabel), or a running Job whose
-// ConfigMap goes when the Job finishes and its ttlSecondsAfterFinished runs
-// out.
+// without ConfigMap (labelled with RunLabel), which the next run of the same
+// Job name replaces, or a running Job whose ConfigMap goes when the Job
+// finishes and its ttlSecondsAfterFinished runs out.
 package transient
 
 import (
@@ -197,12 +197,17 @@ func (r *Runner) Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("%w before anything was created", ErrInterrupted)
 	}
 
-	opCtx, cancel := r.op(ctx)
-	job, err = r.Client.BatchV1().Jobs(o.Namespace).Create(opCtx, job, metav1.CreateOptions{FieldManager: fieldManager})
-	cancel()
+	created, err := r.createJob(ctx, log, job)
+	if apierrors.IsAlreadyExists(err) {
+		var replaced bool
+		if replaced, err = r.replaceLeftover(ctx, log, o.Namespace, job.Name); replaced {
+			created, err = r.createJob(ctx, log, job)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("create job: %w", err)
 	}
+	job = created
 	r.step("job.batch/%s created (suspended)", job.Name)
 	log = log.With("job_uid", job.UID)
 	if ctx.Err() != nil {
@@ -225,7 +230,7 @@ func (r *Runner) Run(ctx context.Context, o Options) error {
 		Data:       o.Data.Data,
 		BinaryData: o.Data.Binary,
 	}
-	opCtx, cancel = r.op(ctx)
+	opCtx, cancel := r.op(ctx)
 	cm, err = r.Client.CoreV1().ConfigMaps(o.Namespace).Create(opCtx, cm, metav1.CreateOptions{FieldManager: fieldManager})
 	cancel()
 	if err != nil {
@@ -371,6 +376,57 @@ func (r *Runner) cleanup(ctx context.Context, log *slog.Logger, job *batchv1.Job
 // deleteJob deletes the Job in the background (its pods and the ConfigMap
 // follow through the garbage collector). The UID precondition keeps it from
 // deleting a Job that someone created under the same name since.
+func (r *Runner) createJob(ctx context.Context, log *slog.Logger, job *batchv1.Job) (*batchv1.Job, error) {
+	opCtx, cancel := r.op(ctx)
+	defer cancel()
+	created, err := r.Client.BatchV1().Jobs(job.Namespace).Create(opCtx, job, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil {
+		log.Debug("create job", "err", err)
+	}
+	return created, err
+}
+
+// replaceLeftover deletes the Job of this name if it is what a crashed run
+// left: labelled with RunLabel, suspended, never started, and older than a
+// live run can take to create its ConfigMap and resume it (two request
+// timeouts). Such a Job would never run, yet it would block every later run
+// of the same name. It reports whether the name is free again; when the Job
+// is anything else, it returns the AlreadyExists error for the caller.
+func (r *Runner) replaceLeftover(ctx context.Context, log *slog.Logger, namespace, name string) (bool, error) {
+	jobs := r.Client.BatchV1().Jobs(namespace)
+	opCtx, cancel := r.op(ctx)
+	old, err := jobs.Get(opCtx, name, metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("job %q exists, and reading it: %w", name, err)
+	}
+	_, ours := old.Labels[RunLabel]
+	leftover := ours && old.Spec.Suspend != nil && *old.Spec.Suspend && old.Status.StartTime == nil && old.Status.Active == 0 &&
+		time.Since(old.CreationTimestamp.Time) > 2*r.requestTimeout()
+	if !leftover {
+		return false, apierrors.NewAlreadyExists(batchv1.Resource("jobs"), name)
+	}
+	if err := r.deleteJob(ctx, log, old); err != nil {
+		return false, err
+	}
+	r.step("job.batch/%s was left suspended by an interrupted run (%s); replaced", name, old.Labels[RunLabel])
+	// Background propagation removes the Job at once; wait for the name to
+	// be free all the same, as a finalizer may hold it.
+	deadline := time.Now().Add(r.requestTimeout())
+	for {
+		opCtx, cancel := r.op(ctx)
+		_, err := jobs.Get(opCtx, name, metav1.GetOptions{})
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case time.Now().After(deadline):
+			return false, fmt.Errorf("job %q still there after its deletion", name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (r *Runner) deleteJob(ctx context.Context, log *slog.Logger, job *batchv1.Job) error {
 	opCtx, cancel := r.op(ctx)
 	defer cancel()

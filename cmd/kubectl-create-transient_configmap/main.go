@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -151,6 +152,20 @@ is deleted first).`,
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
 			r := &transient.Runner{Client: cs, Out: stdout, Log: log}
+			// kubectl's --request-timeout also bounds each of the plugin's
+			// writes, and with them how old a suspended Job must be to
+			// count as left by an interrupted run.
+			if kube.Timeout != nil && *kube.Timeout != "" && *kube.Timeout != "0" {
+				// As kubectl: whole seconds, or a duration with a unit.
+				d, err := time.ParseDuration(*kube.Timeout)
+				if n, aerr := strconv.Atoi(*kube.Timeout); aerr == nil {
+					d, err = time.Duration(n)*time.Second, nil
+				}
+				if err != nil {
+					return usageError{fmt.Errorf("--request-timeout: %w", err)}
+				}
+				r.RequestTimeout = d
+			}
 			return r.Run(cmd.Context(), opts)
 		},
 	}
