@@ -92,7 +92,9 @@ func (c *Coordinator) informer(gvr schema.GroupVersionResource, tweak func(*meta
 			return ri.Watch(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	// As generated informers do: a client that cannot stream a watch-list
+	// (client-go's fakes) gets a plain LIST and WATCH.
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c.dc), &unstructured.Unstructured{}, 0, cache.Indexers{})
 }
 
 func withLabels(sel labels.Selector) func(*metav1.ListOptions) {
@@ -120,8 +122,12 @@ func unstructuredItems(objs []any) []*unstructured.Unstructured {
 
 // waitBarrier waits, with informers on the DaemonSet's pods and on the node
 // report Leases, until every node running a pod of the DaemonSet reported
-// content h, or the timeout (counted from the first report) passed. It
-// returns the barrier as it was then; the error is for ctx only.
+// content h, or the timeout passed. The timeout counts on this process's own
+// clock from when it first saw a report, not from the report's timestamp:
+// that comes from another node's clock, and a node whose clock is behind
+// would otherwise make the leader give up on the missing nodes early. A new
+// leader after a failover therefore waits a whole timeout again: later, never
+// sooner. It returns the barrier as it was then; the error is for ctx only.
 func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h string, ds *daemonSet) (BarrierState, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -140,6 +146,7 @@ func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h strin
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastMissing := -1
+	var firstSeen time.Time // monotonic
 	for {
 		b := EvaluateBarrier(ds.UID, h, unstructuredItems(pods.GetStore().List()), unstructuredItems(leases.GetStore().List()))
 		if b.Reached() {
@@ -149,7 +156,10 @@ func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h strin
 			log.Info("waiting for nodes", "reported", len(b.Reported), "expected", len(b.Expected), "missing", b.Missing)
 			lastMissing = len(b.Missing)
 		}
-		if !b.FirstReport.IsZero() && time.Since(b.FirstReport) >= c.cfg.Timeout {
+		if !b.FirstReport.IsZero() && firstSeen.IsZero() {
+			firstSeen = time.Now()
+		}
+		if !firstSeen.IsZero() && time.Since(firstSeen) >= c.cfg.Timeout {
 			return b, nil
 		}
 		select {

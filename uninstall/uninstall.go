@@ -63,8 +63,9 @@ type Config struct {
 	ServiceAccount, Role, RoleBinding string
 	ClusterRole, ClusterRoleBinding   string
 
-	// Timeout is how long the barrier waits for the last node, counted
-	// from the first node's report; default DefaultTimeout.
+	// Timeout is how long the barrier waits for the last node, counted on
+	// the leader's clock from when it first saw a report; default
+	// DefaultTimeout.
 	Timeout time.Duration
 	// DeletionTimeout bounds the wait for one resource entry's objects to
 	// be gone; default cleanup.DefaultDeletionTimeout.
