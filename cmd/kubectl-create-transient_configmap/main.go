@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/internal/logging"
 	"github.com/sweep-k8s/sweep/internal/version"
 	"github.com/sweep-k8s/sweep/transient"
 )
@@ -126,7 +126,7 @@ is deleted first).`,
 				}
 				opts.CronJob = name
 			}
-			log, err := newLogger(stderr, logFormat, logLevel)
+			log, err := logging.New(stderr, logFormat, logLevel)
 			if err != nil {
 				return usageError{err}
 			}
@@ -188,20 +188,4 @@ is deleted first).`,
 	f.StringVar(&logLevel, "log-level", "warn", "level of diagnostics on stderr: debug, info, warn or error")
 	kube.AddFlags(f)
 	return cmd
-}
-
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("invalid --log-level %q: %w", level, err)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	default:
-		return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
-	}
 }

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/sweep-k8s/sweep/internal/logging"
 )
 
 // Exit codes shared by every subcommand.
@@ -101,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	logger, err := logging.New(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "sweepd %s: %v\n", args[0], err)
 		return exitUsage
@@ -135,20 +137,4 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintf(w, "\nRun 'sweepd <command> --help' for the flags of a command.\n")
-}
-
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("invalid --log-level %q: %w", level, err)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	default:
-		return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
-	}
 }
