@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/sweep-k8s/sweep/internal/atomicfile"
 )
 
 // DefaultBootIDFile is where Linux publishes the ID of the current boot: a
@@ -172,36 +174,8 @@ func (b *BootState) Save(kept map[SandboxID]struct{}) error {
 	if err != nil {
 		return fmt.Errorf("write boot record: %w", err)
 	}
-	return writeFileAtomic(b.dir, BootRecordFile, data)
-}
-
-func writeFileAtomic(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := atomicfile.Write(b.dir, BootRecordFile, data); err != nil {
 		return fmt.Errorf("write boot record: %w", err)
-	}
-	f, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return fmt.Errorf("write boot record: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write boot record: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write boot record: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write boot record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("write boot record: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sweep-k8s/sweep/internal/atomicfile"
 )
 
 // stateFile is the file under the state directory.
@@ -124,32 +126,8 @@ func (s *State) Set(hash string, p Progress, failedFiles int) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-	f, err := os.CreateTemp(s.dir, "."+stateFile+".*")
-	if err != nil {
+	if err := atomicfile.Write(s.dir, stateFile, data); err != nil {
 		return fmt.Errorf("write state: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, stateFile)); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if d, err := os.Open(s.dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }
