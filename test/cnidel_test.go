@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -201,20 +200,11 @@ func TestCNIDelEndToEnd(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--kubeconfig=" + cp.Kubeconfig,
 			"--multus-dir=" + multusDir, "--min-age=0s", "--cni-del", "--output=json"}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("sweepd prune --cni-del %s: exit %d in %s\n%s%s", strings.Join(args, " "), code, time.Since(start), stdout.String(), stderr.String())
+		stdout, stderr, code := runCmd(t, cmd)
+		t.Logf("sweepd prune --cni-del %s: exit %d in %s\n%s%s", strings.Join(args, " "), code, time.Since(start), stdout, stderr)
 		var sum summary
-		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
 			t.Fatalf("summary: %v", err)
 		}
 		return sum, code

@@ -43,12 +43,20 @@ func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	logPath := filepath.Join(t.TempDir(), "sweepd.log")
+	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
+	return startProc(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
+}
+
+// startProc starts cmd, a daemon serving HTTP on addr, with its output in
+// logPath. It kills the daemon when the test ends and then, if the test
+// failed, logs its output under name. done receives its exit status once;
+// whoever takes it from there puts it back for the others.
+func startProc(t testing.TB, cmd *exec.Cmd, addr, logPath, name string) *daemonProc {
+	t.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -58,10 +66,11 @@ func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	go func() { d.done <- cmd.Wait(); logFile.Close() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-d.done //nolint:errcheck // killed on purpose: its exit status means nothing
+		err := <-d.done
+		d.done <- err
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
-			t.Logf("sweepd log:\n%s", data)
+			t.Logf("%s log:\n%s", name, data)
 		}
 	})
 	return d

@@ -134,22 +134,30 @@ func TestPruneKilledMidRun(t *testing.T) {
 	}
 }
 
+// daemonOverBigCache starts a daemon pruning every second, slowly (one
+// worker), and once it is ready puts a cache of 30,000 sandboxes, five of
+// them live, under it whole, between two runs. It returns the daemon, the
+// cache directory, the live pods and the entries a complete prune leaves.
+func daemonOverBigCache(t *testing.T, cp *controlplane.ControlPlane) (*daemonProc, string, []multuscache.Pod, []string) {
+	t.Helper()
+	live := livePods(t, cp, 5)
+	staged, keep := bigTree(t, 30000, live)
+	dir := filepath.Join(filepath.Dir(staged), "cache")
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
+	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	if err := os.Rename(staged, dir); err != nil {
+		t.Fatal(err)
+	}
+	return d, dir, live, keep
+}
+
 // TestDaemonAPIServerKilledMidPrune: kube-apiserver killed while the daemon
 // prunes a large cache stops the run before its next removal; nothing is
 // removed while the view is stale, the stop is counted, and pruning resumes
 // when the API server is back.
 func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
 	cp := controlplane.Start(t)
-	live := livePods(t, cp, 5)
-	staged, keep := bigTree(t, 30000, live)
-	dir := filepath.Join(filepath.Dir(staged), "cache")
-
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
-	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
-	// The cache appears whole between two runs.
-	if err := os.Rename(staged, dir); err != nil {
-		t.Fatal(err)
-	}
+	d, dir, live, keep := daemonOverBigCache(t, cp)
 	total := countResults(t, dir)
 	removalStarted(t, dir, 30*time.Second)
 	t.Logf("removal started at %s", time.Now().Format(time.StampMicro))
@@ -183,14 +191,7 @@ func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
 // completes.
 func TestDaemonEtcdKilledMidPrune(t *testing.T) {
 	cp := controlplane.Start(t)
-	live := livePods(t, cp, 5)
-	staged, keep := bigTree(t, 30000, live)
-	dir := filepath.Join(filepath.Dir(staged), "cache")
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
-	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
-	if err := os.Rename(staged, dir); err != nil {
-		t.Fatal(err)
-	}
+	d, dir, _, keep := daemonOverBigCache(t, cp)
 	removalStarted(t, dir, 30*time.Second)
 	cp.KillEtcd()
 	time.Sleep(5 * time.Second)

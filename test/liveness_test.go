@@ -3,7 +3,6 @@ package test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,24 +32,15 @@ func runPrune(t *testing.T, env []string, args ...string) (pruneSummary, string,
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("sweepd prune %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr.String())
+	out, stderr, code := runCmd(t, cmd)
+	t.Logf("sweepd prune %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
 	var sum pruneSummary
 	if len(out) > 0 {
-		if err := json.Unmarshal(out, &sum); err != nil {
+		if err := json.Unmarshal([]byte(out), &sum); err != nil {
 			t.Fatalf("summary: %v", err)
 		}
 	}
-	return sum, stderr.String(), code
+	return sum, stderr, code
 }
 
 // sandboxFiles writes one sandbox's files and returns their paths.

@@ -25,6 +25,22 @@ import (
 	"github.com/sweep-k8s/sweep/internal/testbin"
 )
 
+// runCmd runs cmd to its end and returns its stdout, stderr and exit status;
+// only a failure to start it fails the test.
+func runCmd(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
 // createPod creates a pod bound to node and returns its UID.
 func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) string {
 	t.Helper()
@@ -169,19 +185,9 @@ func TestPruneEndToEnd(t *testing.T) {
 	before := c.remaining(t)
 
 	run := func(args ...string) (string, int) {
-		cmd := exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--multus-dir=" + c.dir, "--min-age=15m"}, args...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("sweepd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr.String())
-		return string(out), code
+		out, stderr, code := runCmd(t, exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--multus-dir=" + c.dir, "--min-age=15m"}, args...)...))
+		t.Logf("sweepd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
+		return out, code
 	}
 
 	t.Run("unreachable API server deletes nothing", func(t *testing.T) {

@@ -252,11 +252,6 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	logPath := filepath.Join(r.base, fmt.Sprintf("%s-%d.log", n.name, time.Now().UnixNano()))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	args := append([]string{
 		"daemon", "--kubeconfig=" + r.daemonKC, "--metrics-addr=" + addr, "--log-level=debug",
 		"--node-name=" + n.name, "--multus-dir=" + filepath.Join(r.base, "multus-"+n.name), "--prune-on-start=false",
@@ -268,22 +263,8 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 	}, extra...)
 	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", n.root, r.hostView, sweepd}, args...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemonProc{cmd: cmd, base: "http://" + addr, log: logPath, done: make(chan error, 1)}
-	go func() { d.done <- cmd.Wait(); logFile.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		err := <-d.done
-		d.done <- err
-		if t.Failed() {
-			data, _ := os.ReadFile(logPath)
-			t.Logf("%s daemon log:\n%s", n.name, data)
-		}
-	})
+	logPath := filepath.Join(r.base, fmt.Sprintf("%s-%d.log", n.name, time.Now().UnixNano()))
+	d := startProc(t, cmd, addr, logPath, n.name+" daemon")
 	eventually(t, 20*time.Second, n.name+" daemon serving", func() bool { code, _ := d.get("/healthz"); return code == 200 })
 	n.proc = d
 	return d
