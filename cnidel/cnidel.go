@@ -26,6 +26,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/utils"
 	"golang.org/x/sys/unix"
+
+	"github.com/sweep-k8s/sweep/prune"
 )
 
 // Attachment is one network attachment as libcni cached it after ADD.
@@ -43,6 +45,16 @@ type Attachment struct {
 	CapabilityArgs map[string]any
 }
 
+// podUID returns the first K8S_POD_UID of CNI_ARGS.
+func podUID(args [][2]string) string {
+	for _, kv := range args {
+		if kv[0] == "K8S_POD_UID" {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
 // ErrNotCache means the data is not a cniCacheV1 file, so there is nothing
 // to replay.
 var ErrNotCache = errors.New("not a cniCacheV1 file")
@@ -50,7 +62,19 @@ var ErrNotCache = errors.New("not a cniCacheV1 file")
 // Decode decodes a libcni result cache file and checks that it holds what a
 // DEL needs. Names are checked with libcni's own rules, which also keeps a
 // hostile file from naming a path outside the scratch directory.
+//
+// The file must also read as one identity to the prune's own parser
+// (prune.ParseCacheFile): the DEL runs only for a file the prune judged
+// stale, and must act on the sandbox and pod that the prune judged, never on
+// what a more lenient reader makes of an ambiguous file.
 func Decode(data []byte) (*Attachment, error) {
+	id, err := prune.ParseCacheFile(data)
+	switch {
+	case errors.Is(err, prune.ErrNotCache):
+		return nil, ErrNotCache
+	case err != nil:
+		return nil, fmt.Errorf("cache file: %w", err)
+	}
 	var c struct {
 		Kind           string         `json:"kind"`
 		ContainerID    string         `json:"containerId"`
@@ -66,6 +90,9 @@ func Decode(data []byte) (*Attachment, error) {
 	}
 	if c.Kind != libcni.CNICacheV1 {
 		return nil, ErrNotCache
+	}
+	if c.ContainerID != id.ContainerID || podUID(c.CNIArgs) != id.PodUID {
+		return nil, fmt.Errorf("cache file: %w: readers disagree on the sandbox or pod", prune.ErrConflict)
 	}
 	if err := utils.ValidateContainerID(c.ContainerID); err != nil {
 		return nil, fmt.Errorf("cache file: %w", err)

@@ -57,7 +57,11 @@ func TestDecode(t *testing.T) {
 			wantNetwork: "cilium", wantList: true, wantNS: "/var/run/netns/cni-c54a077d-d037-cfee-9539-3d00c421cced", wantArgs: 5,
 		},
 		{name: "no netns, no args", data: cache(`{"cniVersion":"1.0.0","name":"net","type":"bridge"}`, ""), wantNetwork: "net"},
-		{name: "not JSON", data: []byte(`{"kind":`), wantErr: "decode"},
+		{name: "not JSON", data: []byte(`{"kind":`), wantErr: "malformed"},
+		// Files the prune's parser reads as another pod or sandbox than
+		// encoding/json would: refused, so no DEL acts on another identity.
+		{name: "containerId in another case", data: bytes.Replace(cache(`{}`, ""), []byte(`"containerId"`), []byte(`"containerId":"x","ContainerID"`), 1), wantErr: "ambiguous"},
+		{name: "pod UID twice, two values", data: []byte(`{"kind":"cniCacheV1","containerId":"abc","cniArgs":[["K8S_POD_UID","a"],["K8S_POD_UID","b"]],"config":"e30=","ifName":"eth0","networkName":"net"}`), wantErr: "ambiguous"},
 		{name: "pre-2019 bare result", data: []byte(`{"cniVersion":"0.3.1","ips":[]}`), wantErr: ErrNotCache.Error()},
 		{name: "no config", data: []byte(`{"kind":"cniCacheV1","containerId":"abc","ifName":"eth0","networkName":"net"}`), wantErr: "no config"},
 		{name: "config not base64", data: []byte(`{"kind":"cniCacheV1","containerId":"abc","config":"!!","ifName":"eth0","networkName":"net"}`), wantErr: "decode"},

@@ -12,7 +12,7 @@ import (
 )
 
 func BenchmarkParseCacheFile(b *testing.B) {
-	data := multuscache.ResultsJSON(multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "p", UID: "u"}, multuscache.DefaultAttachments()[0])
+	data := multuscache.ResultsJSON(multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.UID("p")}, multuscache.DefaultAttachments()[0])
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := prune.ParseCacheFile(data); err != nil {
@@ -37,7 +37,7 @@ func BenchmarkRun(b *testing.B) {
 	live := make([]multuscache.Pod, 110)
 	refs := make([]prune.PodRef, len(live))
 	for i := range live {
-		live[i] = multuscache.Pod{Namespace: "default", Name: "live", UID: multuscache.NewSandboxID()[:36]}
+		live[i] = multuscache.Pod{Namespace: "default", Name: "live", UID: multuscache.NewUID()}
 		refs[i] = prune.PodRef{Namespace: "default", Name: "live", UID: live[i].UID}
 	}
 	if err := multuscache.Node(src, 10000, live, time.Now().Add(-time.Hour)); err != nil {

@@ -71,18 +71,42 @@ var (
 	// ErrSyntax is anything that is not one well-formed JSON object:
 	// truncated, corrupt or empty.
 	ErrSyntax = errors.New("malformed cache file")
+	// ErrConflict is a file that two JSON readers could read as two
+	// identities: a key of the cache format twice, or once more in another
+	// case (encoding/json, which the CNI DEL's libcni uses, matches keys
+	// case-insensitively and lets the last one win), or a pod identity in
+	// cniArgs repeated with another value.
+	ErrConflict = errors.New("cache file names its identity ambiguously")
 )
+
+// cacheKey tells which top-level key of libcni's cniCacheV1 format k names,
+// as a bit, and whether exactly or only up to case.
+func cacheKey(k []byte) (bit uint16, exact bool) {
+	for i, name := range [...]string{"kind", "containerId", "cniArgs", "config", "ifName",
+		"networkName", "netns", "capabilityArgs", "result"} {
+		if string(k) == name {
+			return 1 << i, true
+		}
+		if bytes.EqualFold(k, []byte(name)) {
+			return 1 << i, false
+		}
+	}
+	return 0, false
+}
 
 // ParseCacheFile extracts the identity from a libcni cache file without
 // decoding the rest: `config` and `result` are skipped unread, which is most
 // of every file. Keys may come in any order. In thin mode multus repeats the
-// runtime's CNI_ARGS after its own, so the first occurrence of a key wins.
-// The whole input must be exactly one JSON object, so that a truncated file
-// is never mistaken for a complete one.
+// runtime's CNI_ARGS after its own, so a pod identity may come twice, with
+// the same value. The whole input must be exactly one JSON object, so that a
+// truncated file is never mistaken for a complete one, and must name its
+// identity unambiguously (ErrConflict), so that every reader of it, the CNI
+// DEL's included, agrees on whose it is.
 func ParseCacheFile(data []byte) (CacheFile, error) {
 	var (
 		cf   CacheFile
 		kind string
+		seen uint16
 	)
 	s := scanner{data: data}
 	if !s.consume('{') {
@@ -90,9 +114,15 @@ func ParseCacheFile(data []byte) (CacheFile, error) {
 	}
 	if !s.consume('}') {
 		for {
-			key, ok := s.rawString()
+			key, ok := s.stringValueBytes()
 			if !ok || !s.consume(':') {
 				return cf, fmt.Errorf("%w: bad key at offset %d", ErrSyntax, s.pos)
+			}
+			if bit, exact := cacheKey(key); bit != 0 {
+				if !exact || seen&bit != 0 {
+					return cf, fmt.Errorf("%w: key %q", ErrConflict, key)
+				}
+				seen |= bit
 			}
 			switch string(key) { // no allocation: the compiler compares in place
 			case "kind":
@@ -108,8 +138,8 @@ func ParseCacheFile(data []byte) (CacheFile, error) {
 				}
 				cf.ContainerID = v
 			case "cniArgs":
-				if !s.cniArgs(&cf) {
-					return cf, fmt.Errorf("%w: bad cniArgs at offset %d", ErrSyntax, s.pos)
+				if err := s.cniArgs(&cf); err != nil {
+					return cf, err
 				}
 			default:
 				if !s.skipValue() {
@@ -228,59 +258,67 @@ func (s *scanner) stringValue() (string, bool) {
 	return v, true
 }
 
-// cniArgs reads `[["KEY","VALUE"], ...]`, keeping the first pod identity.
-func (s *scanner) cniArgs(cf *CacheFile) bool {
+// cniArgs reads `[["KEY","VALUE"], ...]`, keeping the pod identity. A key of
+// the identity that comes again must come with the same value.
+func (s *scanner) cniArgs(cf *CacheFile) error {
+	bad := func() error { return fmt.Errorf("%w: bad cniArgs at offset %d", ErrSyntax, s.pos) }
 	if s.consume('n') { // null
-		cf.PodUID, cf.PodNamespace, cf.PodName = "", "", ""
-		return s.literal("ull")
+		if !s.literal("ull") {
+			return bad()
+		}
+		return nil
 	}
 	if !s.consume('[') {
-		return false
+		return bad()
 	}
 	if s.consume(']') {
-		return true
+		return nil
 	}
-	// A repeated cniArgs key replaces the earlier array, as it would for
-	// encoding/json.
-	cf.PodUID, cf.PodNamespace, cf.PodName = "", "", ""
 	var seenUID, seenNS, seenName bool
 	for {
 		if !s.consume('[') {
-			return false
+			return bad()
 		}
 		k, ok := s.stringValueBytes()
 		if !ok || !s.consume(',') {
-			return false
+			return bad()
 		}
 		vstart := s.pos
 		if _, ok := s.rawString(); !ok || !s.consume(']') {
-			return false
+			return bad()
 		}
 		// Only the three values the prune needs become strings; the other
 		// pairs are skipped without allocating.
 		var dst *string
-		switch {
-		case string(k) == "K8S_POD_UID" && !seenUID:
-			dst, seenUID = &cf.PodUID, true
-		case string(k) == "K8S_POD_NAMESPACE" && !seenNS:
-			dst, seenNS = &cf.PodNamespace, true
-		case string(k) == "K8S_POD_NAME" && !seenName:
-			dst, seenName = &cf.PodName, true
+		var seen *bool
+		switch string(k) {
+		case "K8S_POD_UID":
+			dst, seen = &cf.PodUID, &seenUID
+		case "K8S_POD_NAMESPACE":
+			dst, seen = &cf.PodNamespace, &seenNS
+		case "K8S_POD_NAME":
+			dst, seen = &cf.PodName, &seenName
 		}
 		if dst != nil {
 			end := s.pos
 			s.pos = vstart
 			v, ok := s.stringValue()
 			if !ok {
-				return false
+				return bad()
 			}
-			*dst = v
 			s.pos = end
+			if *seen && v != *dst {
+				return fmt.Errorf("%w: %s given twice, as %q and %q", ErrConflict, k, *dst, v)
+			}
+			*dst, *seen = v, true
 		}
 		if s.consume(',') {
 			continue
 		}
-		return s.consume(']')
+		if !s.consume(']') {
+			return bad()
+		}
+		return nil
 	}
 }
 

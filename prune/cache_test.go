@@ -45,8 +45,21 @@ func TestParseCacheFile(t *testing.T) {
 		{"thin net1", readFixture(t, filepath.Join(thinDir, thinNet1)), CacheFile{ContainerID: liveSandbox, PodUID: liveUID, PodNamespace: "default", PodName: "live-2"}, nil},
 		{"thick", thick, CacheFile{ContainerID: thickSandbox, PodUID: "066d422b-2c4f-4848-b206-9da12d2e0de9",
 			PodNamespace: "vc-prod-brandlift-hu", PodName: "ingress-public-kubernetes-ingress-c8kxx-x-ingress-x-vcluster"}, nil},
-		{"thin mode: first occurrence wins", []byte(`{"kind":"cniCacheV1","containerId":"c","cniArgs":[["K8S_POD_UID","first"],["K8S_POD_NAME","a"],["K8S_POD_UID","second"],["K8S_POD_NAME","b"]]}`),
-			CacheFile{ContainerID: "c", PodUID: "first", PodName: "a"}, nil},
+		{"thin mode: identity repeated with the same values", []byte(`{"kind":"cniCacheV1","containerId":"c","cniArgs":[["K8S_POD_UID","u"],["K8S_POD_NAME","a"],["IgnoreUnknown","1"],["K8S_POD_UID","u"],["K8S_POD_NAME","a"]]}`),
+			CacheFile{ContainerID: "c", PodUID: "u", PodName: "a"}, nil},
+		// Ambiguous files: a reader that takes the last value, or matches
+		// keys regardless of case (encoding/json, in the CNI DEL), would see
+		// another sandbox or pod than the prune.
+		{"pod UID repeated with another value", []byte(`{"kind":"cniCacheV1","containerId":"c","cniArgs":[["K8S_POD_UID","first"],["K8S_POD_UID","second"]]}`), CacheFile{}, ErrConflict},
+		{"pod name repeated with another value", []byte(`{"kind":"cniCacheV1","cniArgs":[["K8S_POD_NAME","a"],["K8S_POD_NAME","b"]]}`), CacheFile{}, ErrConflict},
+		{"containerId twice", []byte(`{"kind":"cniCacheV1","containerId":"c","containerId":"d"}`), CacheFile{}, ErrConflict},
+		{"containerId in another case", []byte(`{"kind":"cniCacheV1","containerId":"c","ContainerID":"d"}`), CacheFile{}, ErrConflict},
+		{"containerId only in another case", []byte(`{"kind":"cniCacheV1","containerID":"d"}`), CacheFile{}, ErrConflict},
+		{"escaped key naming containerId", []byte(`{"kind":"cniCacheV1","containerId":"c","\u0063ontainerId":"d"}`), CacheFile{}, ErrConflict},
+		{"Kelvin sign folds to k", []byte("{\"kind\":\"cniCacheV1\",\"\u212aind\":\"x\"}"), CacheFile{}, ErrConflict},
+		{"cniArgs twice", []byte(`{"kind":"cniCacheV1","cniArgs":[["K8S_POD_UID","u"]],"cniArgs":[]}`), CacheFile{}, ErrConflict},
+		{"config twice", []byte(`{"kind":"cniCacheV1","config":"e30=","config":"e30="}`), CacheFile{}, ErrConflict},
+		{"ifName in another case", []byte(`{"kind":"cniCacheV1","ifName":"eth0","IfName":"eth1"}`), CacheFile{}, ErrConflict},
 		{"key order of another runtime", []byte(` {"cniArgs":[["K8S_POD_NAME","p"],["K8S_POD_UID","u"],["K8S_POD_NAMESPACE","ns"]],"result":{"ips":[{"address":"10.0.0.1/24"}]},"containerId":"c","kind":"cniCacheV1"} `),
 			CacheFile{ContainerID: "c", PodUID: "u", PodNamespace: "ns", PodName: "p"}, nil},
 		{"escaped strings", []byte(`{"kind":"cniCache\u00561","containerId":"c","cniArgs":[["K8S_POD_\u0055ID","u\"1"]]}`),
@@ -181,6 +194,7 @@ func FuzzParseCacheFile(f *testing.F) {
 	}
 	f.Add([]byte(`{"kind":"cniCacheV1","cniArgs":[["K8S_POD_UID","a"],["K8S_POD_UID","b"]]}`))
 	f.Add([]byte(`{"cniVersion":"0.3.1","ips":[]}`))
+	f.Add([]byte(`{"kind":"cniCacheV1","containerId":"c","ContainerId":"d"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := ParseCacheFile(data)
 		if err == nil {
@@ -194,6 +208,28 @@ func FuzzParseCacheFile(f *testing.F) {
 		// bytes; neither can match a real UID, so the reference can't judge.
 		if !json.Valid(data) || !utf8.Valid(data) || bytes.Count(data, []byte(`"kind"`)) > 1 || bytes.Count(data, []byte(`"cniArgs"`)) > 1 || bytes.Count(data, []byte(`"containerId"`)) > 1 {
 			return // the reference can't judge invalid JSON or duplicate keys
+		}
+		if errors.Is(err, ErrConflict) {
+			return
+		}
+		if err == nil {
+			// What the prune read is what a lenient reader (encoding/json:
+			// keys in any case, the last one wins) reads too, so the CNI
+			// DEL acts on the pod and sandbox the prune judged.
+			var lenient struct {
+				ContainerID string      `json:"containerId"`
+				CNIArgs     [][2]string `json:"cniArgs"`
+			}
+			if json.Unmarshal(data, &lenient) == nil {
+				if lenient.ContainerID != got.ContainerID {
+					t.Fatalf("containerId %q, lenient reader %q, for %q", got.ContainerID, lenient.ContainerID, data)
+				}
+				for _, kv := range lenient.CNIArgs {
+					if kv[0] == "K8S_POD_UID" && kv[1] != got.PodUID {
+						t.Fatalf("pod UID %q, lenient reader %q, for %q", got.PodUID, kv[1], data)
+					}
+				}
+			}
 		}
 		want, ok := reference(data)
 		if ok != (err == nil) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -62,6 +63,15 @@ type Options struct {
 	// Boot, when set, makes the files of sandboxes recorded under an
 	// earlier boot stale (reboot-aware staleness).
 	Boot BootRecord
+	// NodeName is this node, to recognise static pods by name.
+	NodeName string
+	// Settled, when set, says how long the wall clock has been free of
+	// forward steps (ClockGuard.Settled); ages are trusted only when it is
+	// at least MinAge. nil: always trusted (tests, library use).
+	Settled func() time.Duration
+	// ViewTime, when set, is when the oldest liveness view was taken; files
+	// changed after it are kept for a later run (Planner.ViewTime).
+	ViewTime time.Time
 }
 
 // Releaser undoes what the CNI ADD behind a results file set up.
@@ -90,12 +100,16 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	settled := time.Duration(math.MaxInt64)
+	if opts.Settled != nil {
+		settled = opts.Settled()
+	}
 	start := time.Now()
 	e := &executor{
 		opts: opts,
 		idx:  idx,
-		planner: Planner{Index: idx, Sandboxes: opts.Sandboxes, Boot: opts.Boot,
-			Now: opts.Now(), MinAge: opts.MinAge},
+		planner: Planner{Index: idx, Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
+			Now: opts.Now(), MinAge: opts.MinAge, Settled: settled, ViewTime: opts.ViewTime},
 		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
@@ -165,36 +179,76 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 	}
 	defer dir.Close()
 
-	referenced := map[SandboxID]struct{}{}
+	var referenced map[SandboxID]struct{}
 	results, err := openDir(int(dir.Fd()), "results")
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		// No results directory: every scratch file is unreferenced.
+		// No results directory: multus before v3.7.2 kept delegate results
+		// elsewhere, so nothing here says which sandboxes are in use, and
+		// phase 2 keeps every scratch file (referenced stays nil).
+		e.opts.Logger.Warn("no results directory: scratch files are kept (multus before v3.7.2 keeps delegate results elsewhere)",
+			"dir", e.opts.Dir)
 	case err != nil:
 		// A symlink (ELOOP) or a file where results/ should be: without
 		// reading it, phase 2 can't know which sandboxes are referenced.
 		return fmt.Errorf("open %s: %w", filepath.Join(e.opts.Dir, "results"), err)
 	default:
-		err := e.phase(ctx, results, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
-			w.results(fd, name, typ)
-		}, func(ws []*worker) {
-			for _, w := range ws {
-				for id := range w.referenced {
-					referenced[id] = struct{}{}
-				}
-			}
-		})
+		referenced, err = e.results(ctx, results, sum)
 		results.Close()
 		if err != nil {
 			return err
 		}
+		// Phase 1 saw every results file: the sandboxes of those kept are
+		// complete, for the boot record.
+		sum.kept = referenced
 	}
-	// Phase 1 saw every results file: the sandboxes of those kept are
-	// complete, for the boot record.
-	sum.kept = referenced
 	return e.phase(ctx, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
 	}, nil)
+}
+
+// results runs phase 1 and returns the sandboxes that the results files left
+// name. Files that wait for a witness (an earlier-boot sandbox of a live pod)
+// are decided after the scan, once it is known which pods have a sandbox of
+// the current boot; they are few, one per live pod at most.
+func (e *executor) results(ctx context.Context, dir *os.File, sum *Summary) (map[SandboxID]struct{}, error) {
+	referenced := map[SandboxID]struct{}{}
+	var pending []string
+	newer := map[string]struct{}{}
+	err := e.phase(ctx, dir, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+		w.results(fd, name, typ, nil)
+	}, func(ws []*worker) {
+		for _, w := range ws {
+			for id := range w.referenced {
+				referenced[id] = struct{}{}
+			}
+			pending = append(pending, w.pending...)
+			for uid := range w.current {
+				newer[uid] = struct{}{}
+			}
+		}
+	})
+	if err != nil || len(pending) == 0 {
+		return referenced, err
+	}
+	w := e.newWorker(ctx, PhaseResults)
+	for _, name := range pending {
+		if e.stop.Load() || ctx.Err() != nil {
+			break
+		}
+		w.results(int(dir.Fd()), name, 0, newer) // 0: a regular file, as readdir said
+	}
+	sum.add(&w.counts)
+	for id := range w.referenced {
+		referenced[id] = struct{}{}
+	}
+	switch {
+	case e.stop.Load():
+		return referenced, ErrNotSynced
+	case ctx.Err() != nil:
+		return referenced, ctx.Err()
+	}
+	return referenced, nil
 }
 
 // phase streams the entries of dir to workers and merges their counts. The
@@ -215,8 +269,13 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 		wg.Go(func() {
 			for batch := range batches {
 				for _, it := range batch {
-					if e.stop.Load() || ctx.Err() != nil {
+					if ctx.Err() != nil {
 						continue // drain so the reader never blocks
+					}
+					if e.stop.Load() {
+						// Left because the view went stale: say so.
+						w.counts.kept[ReasonViewStale]++
+						continue
 					}
 					handle(w, int(dir.Fd()), it.name, it.typ)
 				}
@@ -269,6 +328,11 @@ type worker struct {
 	raw        []byte
 	counts     counts
 	referenced map[SandboxID]struct{}
+	// pending are results files that wait for a witness (Planner.Witnessed);
+	// current holds the UIDs of live pods that have a results file of a
+	// sandbox not from an earlier boot: that witness.
+	pending []string
+	current map[string]struct{}
 }
 
 func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
@@ -276,19 +340,25 @@ func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
 	if phase == PhaseResults {
 		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
+		w.current = map[string]struct{}{}
 	}
 	return w
 }
 
-func (w *worker) results(dirfd int, name string, typ os.FileMode) {
-	w.counts.scanned[PhaseResults]++
+// results handles one results file. newer is nil during the scan; in the
+// witness pass after it, it holds the UIDs of pods with a sandbox of the
+// current boot, and name is a file the scan left pending.
+func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[string]struct{}) {
+	if newer == nil {
+		w.counts.scanned[PhaseResults]++
+	}
 	w.raw = nil
 	re := ResultsEntry{Entry: Entry{Name: name}}
 	var d Decision
 	st, err := w.read(dirfd, name, typ, &re)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		w.counts.scanned[PhaseResults]-- // removed by someone else meanwhile
+		w.counts.vanished[PhaseResults]++ // removed by someone else meanwhile
 		return
 	case errors.Is(err, errNotRegular):
 		d = keep(ReasonNotRegular)
@@ -299,8 +369,22 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode) {
 	default:
 		d = w.e.planner.Results(re)
 	}
+	switch {
+	case d.NeedsWitness && newer == nil:
+		w.pending = append(w.pending, name)
+		return
+	case d.NeedsWitness:
+		_, ok := newer[re.Cache.PodUID]
+		d = w.e.planner.Witnessed(ok)
+	case d.Reason == ReasonPodLive && re.Cache.PodUID != "":
+		w.current[re.Cache.PodUID] = struct{}{}
+	}
 	if d.Remove {
 		d = w.remove(dirfd, name, st, d)
+	}
+	if d.Reason == reasonVanished {
+		w.counts.vanished[PhaseResults]++
+		return
 	}
 	if !d.Remove {
 		for _, id := range re.Sandboxes() {
@@ -309,6 +393,10 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode) {
 	}
 	w.record(PhaseResults, name, d)
 }
+
+// reasonVanished marks a file that someone else removed between the plan and
+// the removal: neither removed by the prune nor kept. Never counted by reason.
+const reasonVanished Reason = "vanished"
 
 var errNotRegular = errors.New("not a regular file")
 
@@ -340,6 +428,7 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 		return st, errNotRegular
 	}
 	re.ModTime = time.Unix(st.Mtim.Unix())
+	re.ChangeTime = time.Unix(st.Ctim.Unix())
 	if st.Size > w.e.opts.MaxFileSize {
 		re.ParseReason = ReasonTooLarge
 		return st, nil
@@ -356,6 +445,8 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	switch {
 	case errors.Is(err, ErrNotCache):
 		re.ParseReason = ReasonNotCache
+	case errors.Is(err, ErrConflict):
+		re.ParseReason = ReasonConflicting
 	case err != nil:
 		re.ParseReason = ReasonUnparseable
 	}
@@ -398,7 +489,7 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			w.counts.scanned[PhaseScratch]--
+			w.counts.vanished[PhaseScratch]++
 			return
 		}
 		w.e.warnFile("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
@@ -410,17 +501,23 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 		w.record(PhaseScratch, name, keep(ReasonNotRegular))
 		return
 	}
-	d := w.e.planner.Scratch(Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix())}, id, referenced)
+	e := Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix()), ChangeTime: time.Unix(st.Ctim.Unix())}
+	d := w.e.planner.Scratch(e, id, referenced)
 	if d.Remove {
 		// The lstat just taken is both the plan's and the re-check's.
 		d = w.unlink(dirfd, name, d)
+	}
+	if d.Reason == reasonVanished {
+		w.counts.vanished[PhaseScratch]++
+		return
 	}
 	w.record(PhaseScratch, name, d)
 }
 
 // remove carries out a removal decided on the state st: it re-checks that
-// the pod view is still synced and that the entry is still the same regular
-// file, no newer than planned, then unlinks it relative to the directory.
+// the liveness views are still synced and that the entry is still the same
+// regular file, no newer than planned, then unlinks it relative to the
+// directory.
 func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Decision {
 	release := w.e.opts.Release != nil && w.phase == PhaseResults
 	if w.e.opts.DryRun {
@@ -435,7 +532,7 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 	var now unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
 	if errors.Is(err, unix.ENOENT) {
-		return d // gone already: done
+		return keep(reasonVanished)
 	}
 	if err != nil {
 		w.e.warnFile("cannot re-check file", "phase", w.phase, "file", name, "error", err)
@@ -447,14 +544,14 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		return keep(ReasonChanged)
 	}
 	if release {
-		if !w.e.reserveRelease() {
-			return keep(ReasonCNIDelDeferred)
-		}
 		// The DEL is the destructive step now: it needs the same fresh view
-		// as the unlink.
+		// as the unlink, and a run that stops spends none of its budget.
 		if !w.e.synced() {
 			w.e.stop.Store(true)
-			return keep(ReasonError)
+			return keep(ReasonViewStale)
+		}
+		if !w.e.reserveRelease() {
+			return keep(ReasonCNIDelDeferred)
 		}
 		if !w.release(name) {
 			return keep(ReasonCNIDelFailed)
@@ -482,17 +579,22 @@ func (w *worker) release(name string) bool {
 	return true
 }
 
-// unlink removes name relative to the directory once the view is known to be
-// synced; ENOENT counts as done.
+// unlink removes name relative to the directory once the views are known to
+// be synced. A file that is gone already was removed by someone else, not by
+// this run (reasonVanished).
 func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 	if w.e.opts.DryRun {
 		return d
 	}
 	if !w.e.synced() {
 		w.e.stop.Store(true)
-		return keep(ReasonError)
+		return keep(ReasonViewStale)
 	}
-	if err := unix.Unlinkat(dirfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	err := unix.Unlinkat(dirfd, name, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return keep(reasonVanished)
+	case err != nil:
 		w.e.warnFile("cannot remove file", "phase", w.phase, "file", name, "error", err)
 		w.counts.errors++
 		return keep(ReasonError)

@@ -56,15 +56,15 @@ func newTree(t *testing.T) *tree {
 		}
 		return id
 	}
-	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: "uid-live"}
-	web0New := multuscache.Pod{Namespace: "default", Name: "web-0", UID: "uid-web-0-new"}
-	tr.live = []prune.PodRef{{Namespace: "default", Name: "live", UID: "uid-live"}, {Namespace: "default", Name: "web-0", UID: "uid-web-0-new"}}
+	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: multuscache.UID("live")}
+	web0New := multuscache.Pod{Namespace: "default", Name: "web-0", UID: multuscache.UID("web-0-new")}
+	tr.live = []prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}, {Namespace: "default", Name: "web-0", UID: multuscache.UID("web-0-new")}}
 
-	sandbox(livePod, old, true)                                                                     // live pod: kept
-	sandbox(multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, old, false)       // deleted pod: removed
-	sandbox(multuscache.Pod{Namespace: "default", Name: "web-0", UID: "uid-web-0-old"}, old, false) // same name, old UID: removed
-	sandbox(web0New, old, true)                                                                     // same name, new UID: kept
-	sandbox(multuscache.Pod{Namespace: "default", Name: "young", UID: "uid-young"}, young, true)    // deleted but young: kept
+	sandbox(livePod, old, true)                                                                                  // live pod: kept
+	sandbox(multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}, old, false)       // deleted pod: removed
+	sandbox(multuscache.Pod{Namespace: "default", Name: "web-0", UID: multuscache.UID("web-0-old")}, old, false) // same name, old UID: removed
+	sandbox(web0New, old, true)                                                                                  // same name, new UID: kept
+	sandbox(multuscache.Pod{Namespace: "default", Name: "young", UID: multuscache.UID("young")}, young, true)    // deleted but young: kept
 
 	_, err := multuscache.FailedAdd(dir, multuscache.NewSandboxID(), old) // failed ADD: removed
 	must(err)
@@ -236,15 +236,40 @@ func TestRunRefusesSymlinkedResults(t *testing.T) {
 	}
 }
 
+// TestRunMissingResultsDir: multus before v3.7.2 kept delegate results
+// outside its directory, which then holds scratch files only. "No results
+// file names it" proves nothing there: every scratch file stays, whatever
+// the liveness, since multus's later DEL reads it to find its delegates.
 func TestRunMissingResultsDir(t *testing.T) {
 	dir := t.TempDir()
-	id := multuscache.NewSandboxID()
-	if _, err := multuscache.FailedAdd(dir, id, time.Now().Add(-time.Hour)); err != nil {
-		t.Fatal(err)
+	old := time.Now().Add(-time.Hour)
+	ids := []string{multuscache.NewSandboxID(), multuscache.NewSandboxID()}
+	for _, id := range ids {
+		if _, err := multuscache.FailedAdd(dir, id, old); err != nil {
+			t.Fatal(err)
+		}
 	}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
-	if err != nil || sum.Removed[prune.PhaseScratch] != 1 {
-		t.Fatalf("sum %+v, err %v", sum, err)
+	for _, tc := range []struct {
+		name string
+		idx  prune.PodIndex
+		opts prune.Options
+	}{
+		{"api", prune.NewPodSet(nil), prune.Options{}},
+		{"cri, runtime knows neither", nil, prune.Options{Sandboxes: newSandboxes()}},
+		{"api, both from an earlier boot", prune.NewPodSet(nil), prune.Options{Boot: newSandboxes(ids...)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Dir, tc.opts.MinAge = dir, time.Minute
+			sum, err := prune.Run(t.Context(), tc.idx, tc.opts)
+			if err != nil || sum.Removed[prune.PhaseScratch] != 0 || sum.Kept[prune.ReasonNoResultsDir] != 2 {
+				t.Fatalf("sum %+v, err %v; want both scratch files kept as no-results-dir", sum, err)
+			}
+			for _, id := range ids {
+				if _, err := os.Lstat(filepath.Join(dir, id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -268,11 +293,11 @@ func TestRunRemoveError(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multus") // on disk: tmpfs has no immutable flag
 	old := time.Now().Add(-time.Hour)
 	stuck := multuscache.NewSandboxID()
-	paths, err := multuscache.Sandbox(dir, stuck, multuscache.Pod{Namespace: "default", Name: "a", UID: "uid-a"}, multuscache.DefaultAttachments(), old)
+	paths, err := multuscache.Sandbox(dir, stuck, multuscache.Pod{Namespace: "default", Name: "a", UID: multuscache.UID("a")}, multuscache.DefaultAttachments(), old)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "b", UID: "uid-b"}, multuscache.DefaultAttachments(), old); err != nil {
+	if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "b", UID: multuscache.UID("b")}, multuscache.DefaultAttachments(), old); err != nil {
 		t.Fatal(err)
 	}
 	immutable := paths[1] // a results file of the stuck sandbox
@@ -303,7 +328,7 @@ func TestRunHostileNames(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	id := multuscache.NewSandboxID()
-	stale := multuscache.ResultsJSON(id, multuscache.Pod{Namespace: "default", Name: "x", UID: "uid-x"}, multuscache.DefaultAttachments()[0])
+	stale := multuscache.ResultsJSON(id, multuscache.Pod{Namespace: "default", Name: "x", UID: multuscache.UID("x")}, multuscache.DefaultAttachments()[0])
 	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -400,14 +425,14 @@ func TestRunReadOnlyFilesystem(t *testing.T) {
 func TestRunInodesExhausted(t *testing.T) {
 	mnt := mountTmpfs(t, "size=16m,nr_inodes=400,mode=0700")
 	dir := filepath.Join(mnt, "multus")
-	live := multuscache.Pod{Namespace: "default", Name: "live", UID: "uid-live"}
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: multuscache.UID("live")}
 	old := time.Now().Add(-time.Hour)
 	if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), live, multuscache.DefaultAttachments(), old); err != nil {
 		t.Fatal(err)
 	}
 	var err error
 	for i := 0; err == nil; i++ {
-		_, err = multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, multuscache.DefaultAttachments(), old)
+		_, err = multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}, multuscache.DefaultAttachments(), old)
 		if i > 1000 {
 			t.Fatal("the filesystem never filled up")
 		}
@@ -419,7 +444,7 @@ func TestRunInodesExhausted(t *testing.T) {
 	if err := syscall.Statfs(mnt, &st); err != nil || st.Ffree != 0 {
 		t.Fatalf("free inodes %d (%v), want 0", st.Ffree, err)
 	}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: "uid-live"}}), prune.Options{Dir: dir, MinAge: time.Minute})
+	sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}}), prune.Options{Dir: dir, MinAge: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +462,7 @@ func TestRunInodesExhausted(t *testing.T) {
 func TestRunOversized(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
-	pod := multuscache.Pod{Namespace: "default", Name: "x", UID: "uid-x"}
+	pod := multuscache.Pod{Namespace: "default", Name: "x", UID: multuscache.UID("x")}
 	big, sparse := multuscache.NewSandboxID(), multuscache.NewSandboxID()
 	for _, id := range []string{big, sparse} {
 		if _, err := multuscache.Sandbox(dir, id, pod, multuscache.DefaultAttachments()[:1], old); err != nil {

@@ -49,14 +49,14 @@ func newLivenessTree(t *testing.T) *livenessTree {
 	lt := &livenessTree{
 		dir:    filepath.Join(t.TempDir(), "multus"),
 		before: multuscache.NewSandboxID(), after: multuscache.NewSandboxID(), dead: multuscache.NewSandboxID(),
-		pods: prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "web", UID: "uid-web"}}),
+		pods: prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "web", UID: multuscache.UID("web")}}),
 	}
 	old := time.Now().Add(-time.Hour)
-	web := multuscache.Pod{Namespace: "default", Name: "web", UID: "uid-web"}
+	web := multuscache.Pod{Namespace: "default", Name: "web", UID: multuscache.UID("web")}
 	for _, s := range []struct {
 		id  string
 		pod multuscache.Pod
-	}{{lt.before, web}, {lt.after, web}, {lt.dead, multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}}} {
+	}{{lt.before, web}, {lt.after, web}, {lt.dead, multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}}} {
 		if _, err := multuscache.Sandbox(lt.dir, s.id, s.pod, multuscache.DefaultAttachments(), old); err != nil {
 			t.Fatal(err)
 		}
@@ -98,6 +98,12 @@ func TestRunLiveness(t *testing.T) {
 		{name: "api", pods: true, left: "after,before", removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonOrphanScratch: 1}},
 		{name: "api, reboot-aware", pods: true, earlier: []string{"before"}, left: "after",
 			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 3, prune.ReasonOrphanScratch: 1}},
+		// A boot ID that changed without a reboot (a VM-isolated runtime
+		// restarted the daemon's pod): both of web's sandboxes were recorded
+		// under the old ID, so neither is newer than the other, and the pod
+		// is live: nothing of web's goes.
+		{name: "api, boot ID changed without a reboot", pods: true, earlier: []string{"before", "after"}, left: "after,before",
+			removedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonEarlierBoot: 0, prune.ReasonOrphanScratch: 1}},
 		{name: "cri", runtime: []string{"after"}, left: "after",
 			removedBy: map[prune.Reason]int{prune.ReasonSandboxGone: 4, prune.ReasonOrphanScratch: 2}},
 		{name: "cri, runtime still knows the old sandbox", runtime: []string{"after", "before"}, left: "after,before",

@@ -9,14 +9,20 @@
 // pods (API server) and of the sandboxes (container runtime) are interfaces.
 package prune
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // PodIndex is the node's view of its pods.
 type PodIndex interface {
 	// Synced reports whether the view is complete and fresh. The executor
 	// checks it before every removal and stops when it turns false.
 	Synced() bool
-	// HasUID reports whether a pod with this UID exists on the node.
+	// HasUID reports whether a pod with this UID exists on the node. A
+	// static pod's UID is the one the kubelet gave the runtime (the manifest
+	// hash), which the API server keeps in its mirror pod's
+	// kubernetes.io/config.mirror annotation: the index must know both.
 	HasUID(uid string) bool
 	// HasName reports whether a pod with this namespace and name exists on
 	// the node. Used only for files that carry no UID.
@@ -69,7 +75,9 @@ const (
 	// sandbox (sandbox liveness alone).
 	ReasonSandboxGone Reason = "sandbox-gone"
 	// ReasonEarlierBoot: the file's sandbox was recorded under an earlier
-	// boot of the node; no sandbox survives a reboot.
+	// boot of the node, and a second witness agrees that it is dead: the
+	// container runtime does not know it, or (pod liveness alone) its pod
+	// already has a sandbox of the current boot in the cache.
 	ReasonEarlierBoot Reason = "earlier-boot"
 )
 
@@ -99,6 +107,29 @@ const (
 	// ReasonOtherName: an entry of the multus directory that is not a
 	// scratch file; not ours.
 	ReasonOtherName Reason = "other-name"
+	// ReasonStaticPod: the file's pod UID is not an API server UID and no
+	// mirror pod names it: a static pod whose mirror pod is missing (kubelet
+	// cut off from the API server, mirror refused by admission) looks
+	// exactly like this, so the API server cannot vouch for its death.
+	ReasonStaticPod Reason = "static-pod"
+	// ReasonNewerThanView: the file changed after the liveness view it
+	// would be judged by was taken; the next run's view knows its sandbox.
+	ReasonNewerThanView Reason = "newer-than-view"
+	// ReasonClockUnsettled: old by the wall clock, but the clock stepped
+	// (or the node booted) less than the minimum age ago, so the age cannot
+	// be trusted.
+	ReasonClockUnsettled Reason = "clock-unsettled"
+	// ReasonNoResultsDir: a scratch file in a cache without results/
+	// (multus before v3.7.2 kept delegate results elsewhere): nothing here
+	// says whether its sandbox is still in use.
+	ReasonNoResultsDir Reason = "no-results-dir"
+	// ReasonConflicting: the file names its pod or sandbox twice with
+	// different values (or with keys that differ only in case), so readers
+	// could disagree on whose it is.
+	ReasonConflicting Reason = "conflicting-identity"
+	// ReasonViewStale: to be removed, but the run stopped because a liveness
+	// view went stale; a later run decides again.
+	ReasonViewStale Reason = "view-stale"
 	// ReasonChanged: the file changed between planning and removal.
 	ReasonChanged Reason = "changed"
 	// ReasonError: it could not be read or removed; counted as an error.
@@ -115,6 +146,9 @@ const (
 type Decision struct {
 	Remove bool
 	Reason Reason
+	// NeedsWitness marks a file kept for now whose sandbox is from an
+	// earlier boot; Planner.Witnessed decides it after phase 1.
+	NeedsWitness bool
 }
 
 func keep(r Reason) Decision   { return Decision{Reason: r} }
@@ -124,6 +158,9 @@ func remove(r Reason) Decision { return Decision{Remove: true, Reason: r} }
 type Entry struct {
 	Name    string
 	ModTime time.Time
+	// ChangeTime is the inode's ctime: when the file was created or last
+	// changed. Unlike the mtime it cannot be set by a user.
+	ChangeTime time.Time
 }
 
 // ResultsEntry is a results file with the outcome of parsing it.
@@ -131,8 +168,8 @@ type ResultsEntry struct {
 	Entry
 	// Cache is the parsed identity; valid only when ParseReason is empty.
 	Cache CacheFile
-	// ParseReason is ReasonUnparseable, ReasonNotCache or ReasonTooLarge
-	// when the content could not give an identity.
+	// ParseReason is ReasonUnparseable, ReasonNotCache, ReasonTooLarge or
+	// ReasonConflicting when the content could not give one identity.
 	ParseReason Reason
 }
 
@@ -143,22 +180,51 @@ type ResultsEntry struct {
 // sandboxes, from the container runtime) or both; at least one is set. With
 // both, a file goes only when both say it is dead. Boot, when set, makes the
 // files of sandboxes recorded under an earlier boot stale even when their pod
-// is live, but never when the runtime still knows the sandbox.
+// is live, but only with a second witness: the runtime does not know the
+// sandbox, or (pods alone) the pod has a sandbox of the current boot.
 type Planner struct {
 	Index     PodIndex     // nil: no pod liveness
 	Sandboxes SandboxIndex // nil: no sandbox liveness
 	Boot      BootRecord   // nil: not reboot-aware
-	Now       time.Time
-	MinAge    time.Duration
+	// NodeName is this node; a static pod's name ends in "-<node>".
+	NodeName string
+	Now      time.Time
+	MinAge   time.Duration
+	// Settled is how long the wall clock has gone without a step that could
+	// make a young file look old (and at most the time since boot). Ages are
+	// trusted only when it is at least MinAge.
+	Settled time.Duration
+	// ViewTime, when set, is when the oldest liveness view of the run was
+	// taken (a one-shot list of pods, the runtime's list of sandboxes). A
+	// file that changed after it may belong to a sandbox the view could not
+	// know; zero for views that follow their source (the daemon's pods).
+	ViewTime time.Time
 }
 
-// old reports whether e is past the minimum age. A file from the future (a
-// clock step back) is young: keeping it is the safe side.
-func (p Planner) old(e Entry) bool {
-	return !e.ModTime.After(p.Now.Add(-p.MinAge))
+// viewMargin covers the coarse clock that stamps inode times, which lags
+// time.Now by up to one scheduler tick (10ms at HZ=100).
+const viewMargin = 50 * time.Millisecond
+
+// young returns the keep reason of an entry too young to judge by age, or ""
+// when it is old enough. A file from the future (a clock step back) is young:
+// keeping it is the safe side.
+func (p Planner) young(e Entry) Reason {
+	if !p.ViewTime.IsZero() && !e.ChangeTime.Before(p.ViewTime.Add(-viewMargin)) {
+		return ReasonNewerThanView
+	}
+	if e.ModTime.After(p.Now.Add(-p.MinAge)) {
+		return ReasonTooYoung
+	}
+	if p.Settled < p.MinAge {
+		return ReasonClockUnsettled
+	}
+	return ""
 }
 
-// Results decides a results file (phase 1).
+// Results decides a results file (phase 1). A file whose pod is live but
+// whose sandbox is from an earlier boot comes back as ReasonPodLive with
+// NeedsWitness set when pod liveness alone must find a newer sandbox of the
+// pod before it goes (see Witnessed).
 func (p Planner) Results(e ResultsEntry) Decision {
 	if e.ParseReason != "" {
 		return keep(e.ParseReason)
@@ -173,25 +239,41 @@ func (p Planner) Results(e ResultsEntry) Decision {
 			}
 		}
 	}
-	if p.Boot != nil && len(ids) > 0 && p.allEarlierBoot(ids) {
-		// No minimum age: the sandbox is from before the boot, so no ADD of
-		// it can be running, and mtimes from before a boot mean little
-		// (clocks jump at boot).
+	earlier := p.Boot != nil && len(ids) > 0 && p.allEarlierBoot(ids)
+	if earlier && p.Sandboxes != nil {
+		// The runtime does not know the sandbox: a second witness. No
+		// minimum age: no ADD of a sandbox from before the boot can be
+		// running, and mtimes from before a boot mean little (clocks jump
+		// at boot).
 		return remove(ReasonEarlierBoot)
 	}
 	gone := ReasonSandboxGone
 	if p.Index != nil {
-		var live bool
+		var live, static bool
 		gone = ReasonPodGone
 		switch c := e.Cache; {
 		case c.PodUID != "":
 			live = p.Index.HasUID(c.PodUID)
+			static = !live && (!isUUID(c.PodUID) || p.staticName(c.PodName))
 		case c.PodNamespace != "" && c.PodName != "":
 			live, gone = p.Index.HasName(c.PodNamespace, c.PodName), ReasonPodNameGone
+			static = !live && p.staticName(c.PodName)
 		default:
 			return keep(ReasonNoIdentity)
 		}
-		if live {
+		switch {
+		case static && p.Sandboxes == nil:
+			return keep(ReasonStaticPod)
+		case static:
+			// The API server cannot vouch either way; the runtime, which
+			// ran the sandbox, decides alone.
+			gone = ReasonSandboxGone
+		case live && earlier && e.Cache.PodUID != "":
+			// A boot ID can change without a reboot (VM-isolated runtimes
+			// give the daemon a new one when its pod restarts): only a
+			// newer sandbox of the same pod proves that this one is gone.
+			return Decision{Reason: ReasonPodLive, NeedsWitness: true}
+		case live:
 			return keep(ReasonPodLive)
 		}
 	}
@@ -199,10 +281,47 @@ func (p Planner) Results(e ResultsEntry) Decision {
 		// Sandbox liveness cannot vouch for a file that names no sandbox.
 		return keep(ReasonNoIdentity)
 	}
-	if !p.old(e.Entry) {
-		return keep(ReasonTooYoung)
+	if r := p.young(e.Entry); r != "" {
+		return keep(r)
 	}
 	return remove(gone)
+}
+
+// Witnessed decides a results file that Results returned with NeedsWitness,
+// once phase 1 knows whether its pod has a sandbox of the current boot.
+func (p Planner) Witnessed(newer bool) Decision {
+	if newer {
+		return remove(ReasonEarlierBoot)
+	}
+	return keep(ReasonPodLive)
+}
+
+// staticName reports whether name is one the kubelet gives static pods,
+// `<name>-<node>`. Static pods are the pods whose UID the API server knows
+// only through their mirror pod; the kubelet hashes the manifest into a UID
+// that is no UUID, unless the manifest sets one, hence this second test.
+func (p Planner) staticName(name string) bool {
+	return p.NodeName != "" && strings.HasSuffix(name, "-"+p.NodeName)
+}
+
+// isUUID reports whether s has the form the API server gives pod UIDs.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if c := s[i]; !isLowerHex(c) && !('A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // allEarlierBoot reports whether every sandbox a file names was recorded
@@ -237,8 +356,13 @@ func (e ResultsEntry) Sandboxes() []SandboxID {
 // zero-length or corrupt scratch file is judged by its name alone. With
 // sandbox liveness, the scratch file of a sandbox the runtime knows stays:
 // multus reads it on the sandbox's CNI DEL. An unreferenced scratch file of a
-// sandbox recorded under an earlier boot goes whatever its mtime.
+// sandbox recorded under an earlier boot goes whatever its mtime: its results
+// files, which named it at the last run, are gone.
 func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{}) Decision {
+	if referenced == nil {
+		// No results directory: "referenced by nothing" proves nothing.
+		return keep(ReasonNoResultsDir)
+	}
 	if _, ok := referenced[id]; ok {
 		return keep(ReasonSandboxReferenced)
 	}
@@ -246,12 +370,10 @@ func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{
 		return keep(ReasonSandboxLive)
 	}
 	if p.Boot != nil && p.Boot.EarlierBoot(id) {
-		// As for results files: no minimum age for a sandbox from before
-		// the boot.
 		return remove(ReasonEarlierBoot)
 	}
-	if !p.old(e) {
-		return keep(ReasonTooYoung)
+	if r := p.young(e); r != "" {
+		return keep(r)
 	}
 	return remove(ReasonOrphanScratch)
 }
@@ -259,6 +381,9 @@ func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{
 // PodRef identifies a pod.
 type PodRef struct {
 	Namespace, Name, UID string
+	// MirrorUID is a mirror pod's kubernetes.io/config.mirror annotation:
+	// the UID its static pod runs under.
+	MirrorUID string
 }
 
 // PodSet is a PodIndex over a fixed list of pods, for one-shot prunes and
@@ -273,6 +398,9 @@ func NewPodSet(pods []PodRef) *PodSet {
 	s := &PodSet{uids: make(map[string]struct{}, len(pods)), names: make(map[[2]string]struct{}, len(pods))}
 	for _, p := range pods {
 		s.uids[p.UID] = struct{}{}
+		if p.MirrorUID != "" {
+			s.uids[p.MirrorUID] = struct{}{}
+		}
 		s.names[[2]string{p.Namespace, p.Name}] = struct{}{}
 	}
 	return s

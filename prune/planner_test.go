@@ -5,15 +5,25 @@ import (
 	"time"
 )
 
+// settled is a clock that has not stepped for a day.
+const settled = 24 * time.Hour
+
+// UIDs of the API server's form: pods that are gone, and a pod re-created
+// under the name of a gone one.
+const (
+	goneUID = "0b1f6c0e-6a57-4c1e-9d4e-2f7a9e0c1d2e"
+	newUID  = "7d3c2b1a-0f9e-4d8c-b7a6-5e4d3c2b1a09"
+)
+
 func TestPlannerResults(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	old, young := now.Add(-time.Hour), now.Add(-time.Minute)
 	idx := NewPodSet([]PodRef{
 		{Namespace: "default", Name: "live-2", UID: liveUID},
 		// web-0 came back with the same name and a new UID.
-		{Namespace: "default", Name: "web-0", UID: "new-uid"},
+		{Namespace: "default", Name: "web-0", UID: newUID},
 	})
-	p := Planner{Index: idx, Now: now, MinAge: 15 * time.Minute}
+	p := Planner{Index: idx, Now: now, MinAge: 15 * time.Minute, Settled: settled}
 	entry := func(mtime time.Time, cf CacheFile) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + liveSandbox + "-eth0", ModTime: mtime}, Cache: cf}
 	}
@@ -23,11 +33,11 @@ func TestPlannerResults(t *testing.T) {
 		want Decision
 	}{
 		{"live pod by UID", entry(old, CacheFile{PodUID: liveUID, PodNamespace: "default", PodName: "live-2"}), keep(ReasonPodLive)},
-		{"deleted pod", entry(old, CacheFile{PodUID: "gone", PodNamespace: "default", PodName: "gone"}), remove(ReasonPodGone)},
-		{"deleted pod, young file", entry(young, CacheFile{PodUID: "gone"}), keep(ReasonTooYoung)},
-		{"deleted pod, file from the future", entry(now.Add(time.Hour), CacheFile{PodUID: "gone"}), keep(ReasonTooYoung)},
-		{"exactly min-age old", entry(now.Add(-15*time.Minute), CacheFile{PodUID: "gone"}), remove(ReasonPodGone)},
-		{"same name, old UID", entry(old, CacheFile{PodUID: "old-uid", PodNamespace: "default", PodName: "web-0"}), remove(ReasonPodGone)},
+		{"deleted pod", entry(old, CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "gone"}), remove(ReasonPodGone)},
+		{"deleted pod, young file", entry(young, CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
+		{"deleted pod, file from the future", entry(now.Add(time.Hour), CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
+		{"exactly min-age old", entry(now.Add(-15*time.Minute), CacheFile{PodUID: goneUID}), remove(ReasonPodGone)},
+		{"same name, old UID", entry(old, CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "web-0"}), remove(ReasonPodGone)},
 		{"live pod young file", entry(young, CacheFile{PodUID: liveUID}), keep(ReasonPodLive)},
 		{"no UID, name live", entry(old, CacheFile{PodNamespace: "default", PodName: "web-0"}), keep(ReasonPodLive)},
 		{"no UID, name gone", entry(old, CacheFile{PodNamespace: "default", PodName: "gone"}), remove(ReasonPodNameGone)},
@@ -48,7 +58,7 @@ func TestPlannerResults(t *testing.T) {
 
 func TestPlannerScratch(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute}
+	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Settled: settled}
 	live, _ := ParseSandboxID(liveSandbox)
 	failed, _ := ParseSandboxID(failedAdd)
 	referenced := map[SandboxID]struct{}{live: {}}
@@ -131,12 +141,13 @@ func TestPlannerLiveness(t *testing.T) {
 		}
 	}
 	var (
-		api      = Planner{Index: pods, Now: now, MinAge: 15 * time.Minute}
-		cri      = Planner{Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute}
-		both     = Planner{Index: pods, Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute}
-		apiBoot  = Planner{Index: pods, Boot: boot, Now: now, MinAge: 15 * time.Minute}
-		criBoot  = Planner{Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute}
-		bothBoot = Planner{Index: pods, Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute}
+		api      = Planner{Index: pods, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		cri      = Planner{Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		witness  = Decision{Reason: ReasonPodLive, NeedsWitness: true}
+		both     = Planner{Index: pods, Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		apiBoot  = Planner{Index: pods, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		criBoot  = Planner{Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		bothBoot = Planner{Index: pods, Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
 	)
 	tests := []struct {
 		name string
@@ -145,35 +156,39 @@ func TestPlannerLiveness(t *testing.T) {
 		want Decision
 	}{
 		// cri: the runtime alone decides; the pod is not looked at.
-		{"cri: sandbox known, pod gone", cri, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+		{"cri: sandbox known, pod gone", cri, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
 		{"cri: sandbox gone, pod live", cri, file(old, failedAdd, failedAdd, liveUID), remove(ReasonSandboxGone)},
 		{"cri: sandbox gone, young", cri, file(young, failedAdd, failedAdd, liveUID), keep(ReasonTooYoung)},
-		{"cri: name and containerId disagree, one known", cri, file(old, failedAdd, liveSandbox, "gone"), keep(ReasonSandboxLive)},
-		{"cri: name and containerId disagree, other known", cri, file(old, liveSandbox, failedAdd, "gone"), keep(ReasonSandboxLive)},
-		{"cri: no sandbox at all", cri, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: "gone"}}, keep(ReasonNoIdentity)},
+		{"cri: name and containerId disagree, one known", cri, file(old, failedAdd, liveSandbox, goneUID), keep(ReasonSandboxLive)},
+		{"cri: name and containerId disagree, other known", cri, file(old, liveSandbox, failedAdd, goneUID), keep(ReasonSandboxLive)},
+		{"cri: no sandbox at all", cri, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
 		{"cri: no pod identity, sandbox gone", cri, file(old, failedAdd, failedAdd, ""), remove(ReasonSandboxGone)},
 		// both: a removal needs the pod gone and the sandbox unknown.
 		{"both: pod live, sandbox gone", both, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
-		{"both: pod gone, sandbox known", both, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
-		{"both: pod gone, sandbox gone", both, file(old, failedAdd, failedAdd, "gone"), remove(ReasonPodGone)},
-		{"both: pod gone, no sandbox", both, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: "gone"}}, keep(ReasonNoIdentity)},
+		{"both: pod gone, sandbox known", both, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
+		{"both: pod gone, sandbox gone", both, file(old, failedAdd, failedAdd, goneUID), remove(ReasonPodGone)},
+		{"both: pod gone, no sandbox", both, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
 		// api: unchanged, the runtime is not asked.
 		{"api: pod live", api, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
-		{"api: pod gone", api, file(old, liveSandbox, liveSandbox, "gone"), remove(ReasonPodGone)},
+		{"api: pod gone", api, file(old, liveSandbox, liveSandbox, goneUID), remove(ReasonPodGone)},
 		// Reboot-aware: an earlier boot's sandbox goes even when its pod is
 		// live, and even when its mtime looks young (clocks jump at boot).
-		{"boot: earlier boot, pod live", apiBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
-		{"boot: earlier boot, young mtime", apiBoot, file(young, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
-		{"boot: earlier boot, mtime from the future", apiBoot, file(now.Add(24*time.Hour), thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		// Pods alone: an earlier boot's sandbox of a live pod waits for a
+		// witness (Witnessed), whatever its mtime (clocks jump at boot).
+		{"boot: earlier boot, pod live", apiBoot, file(old, thickSandbox, thickSandbox, liveUID), witness},
+		{"boot: earlier boot, young mtime", apiBoot, file(young, thickSandbox, thickSandbox, liveUID), witness},
+		{"boot: earlier boot, mtime from the future", apiBoot, file(now.Add(24*time.Hour), thickSandbox, thickSandbox, liveUID), witness},
+		{"boot: earlier boot, pod gone", apiBoot, file(old, thickSandbox, thickSandbox, goneUID), remove(ReasonPodGone)},
+		{"boot: earlier boot, pod gone, young", apiBoot, file(young, thickSandbox, thickSandbox, goneUID), keep(ReasonTooYoung)},
 		{"boot: current boot, pod live", apiBoot, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
 		{"boot: name earlier, containerId not", apiBoot, file(old, thickSandbox, failedAdd, liveUID), keep(ReasonPodLive)},
 		{"boot: containerId earlier, name not", apiBoot, file(old, failedAdd, thickSandbox, liveUID), keep(ReasonPodLive)},
 		{"boot: unparseable file of an earlier boot", apiBoot, ResultsEntry{Entry: Entry{Name: "net-" + thickSandbox + "-eth0", ModTime: old}, ParseReason: ReasonUnparseable}, keep(ReasonUnparseable)},
-		{"boot: earlier boot, no pod identity", apiBoot, file(old, thickSandbox, thickSandbox, ""), remove(ReasonEarlierBoot)},
+		{"boot: earlier boot, no UID, name gone", apiBoot, file(old, thickSandbox, thickSandbox, ""), remove(ReasonPodNameGone)},
 		{"boot+cri: earlier boot, runtime knows it", criBoot, file(old, liveSandbox, liveSandbox, liveUID), keep(ReasonSandboxLive)},
 		{"boot+cri: earlier boot, runtime does not", criBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
 		{"boot+both: earlier boot, pod live, runtime does not know it", bothBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
-		{"boot+both: earlier boot, runtime knows it", bothBoot, file(old, liveSandbox, liveSandbox, "gone"), keep(ReasonSandboxLive)},
+		{"boot+both: earlier boot, runtime knows it", bothBoot, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,8 +203,9 @@ func TestPlannerScratchSandboxLive(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	known, gone := sid(t, liveSandbox), sid(t, failedAdd)
 	prior := sid(t, thickSandbox)
-	cri := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute}
-	boot := Planner{Index: NewPodSet(nil), Sandboxes: sandboxSet{known: {}}, Boot: sandboxSet{prior: {}, known: {}}, Now: now, MinAge: 15 * time.Minute}
+	none := map[SandboxID]struct{}{}
+	cri := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	boot := Planner{Index: NewPodSet(nil), Sandboxes: sandboxSet{known: {}}, Boot: sandboxSet{prior: {}, known: {}}, Now: now, MinAge: 15 * time.Minute, Settled: settled}
 	for _, tc := range []struct {
 		name  string
 		p     Planner
@@ -198,15 +214,113 @@ func TestPlannerScratchSandboxLive(t *testing.T) {
 		ref   map[SandboxID]struct{}
 		want  Decision
 	}{
-		{"runtime knows the sandbox", cri, known, now.Add(-time.Hour), nil, keep(ReasonSandboxLive)},
-		{"runtime does not", cri, gone, now.Add(-time.Hour), nil, remove(ReasonOrphanScratch)},
-		{"earlier boot, mtime from the future", boot, prior, now.Add(time.Hour), nil, remove(ReasonEarlierBoot)},
+		{"runtime knows the sandbox", cri, known, now.Add(-time.Hour), none, keep(ReasonSandboxLive)},
+		{"runtime does not", cri, gone, now.Add(-time.Hour), none, remove(ReasonOrphanScratch)},
+		{"earlier boot, mtime from the future", boot, prior, now.Add(time.Hour), none, remove(ReasonEarlierBoot)},
 		{"earlier boot, still referenced", boot, prior, now.Add(-time.Hour), map[SandboxID]struct{}{prior: {}}, keep(ReasonSandboxReferenced)},
-		{"earlier boot, runtime knows it", boot, known, now.Add(-time.Hour), nil, keep(ReasonSandboxLive)},
-		{"current boot, young", boot, gone, now, nil, keep(ReasonTooYoung)},
+		{"earlier boot, runtime knows it", boot, known, now.Add(-time.Hour), none, keep(ReasonSandboxLive)},
+		{"current boot, young", boot, gone, now, none, keep(ReasonTooYoung)},
+		// No results directory (multus before v3.7.2): nothing is proven
+		// unreferenced, so only liveness could condemn, and it does not.
+		{"no results dir, runtime does not know it", cri, gone, now.Add(-time.Hour), nil, keep(ReasonNoResultsDir)},
+		{"no results dir, earlier boot", boot, prior, now.Add(-time.Hour), nil, keep(ReasonNoResultsDir)},
 	} {
 		if got := tc.p.Scratch(Entry{Name: tc.id.String(), ModTime: tc.mtime}, tc.id, tc.ref); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPlannerStaticPods covers the pods whose UID the API server knows only
+// through a mirror pod.
+func TestPlannerStaticPods(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-time.Hour)
+	const (
+		hash    = "c6e40cad3a1e4b4a8bd2f3f1c2e1a0b9" // the kubelet's manifest hash
+		mirror  = "5cd80207-4f1e-4b7a-9a3c-2d1e0f9a8b7c"
+		node    = "node-a"
+		ownUID  = "11111111-2222-4333-8444-555555555555" // set by the manifest itself
+		unknown = "ffffffffffffffffffffffffffffffff"
+	)
+	pods := NewPodSet([]PodRef{{Namespace: "kube-system", Name: "etcd-" + node, UID: mirror, MirrorUID: hash}})
+	runtime := sandboxSet{sid(t, liveSandbox): {}}
+	api := Planner{Index: pods, NodeName: node, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	both := api
+	both.Sandboxes = runtime
+	file := func(sandbox, uid, name string) ResultsEntry {
+		return ResultsEntry{Entry: Entry{Name: "net-" + sandbox + "-eth0", ModTime: old},
+			Cache: CacheFile{ContainerID: sandbox, PodUID: uid, PodNamespace: "kube-system", PodName: name}}
+	}
+	for _, tc := range []struct {
+		name string
+		p    Planner
+		e    ResultsEntry
+		want Decision
+	}{
+		{"mirror pod names the hash", api, file(failedAdd, hash, "etcd-"+node), keep(ReasonPodLive)},
+		{"the mirror pod's own UID", api, file(failedAdd, mirror, "etcd-"+node), keep(ReasonPodLive)},
+		{"hash without a mirror pod", api, file(failedAdd, unknown, "kube-proxy-"+node), keep(ReasonStaticPod)},
+		{"hash, a name of any form", api, file(failedAdd, unknown, "x"), keep(ReasonStaticPod)},
+		{"UUID set by the manifest, no mirror", api, file(failedAdd, ownUID, "static-"+node), keep(ReasonStaticPod)},
+		{"no UID, static name, no mirror", api, file(failedAdd, "", "static-"+node), keep(ReasonStaticPod)},
+		{"no UID, mirror pod by name", api, file(failedAdd, "", "etcd-"+node), keep(ReasonPodLive)},
+		{"an API pod that is gone", api, file(failedAdd, goneUID, "web-1"), remove(ReasonPodGone)},
+		// both: the API server abstains, the runtime decides.
+		{"both: hash, no mirror, runtime knows it", both, file(liveSandbox, unknown, "x-"+node), keep(ReasonSandboxLive)},
+		{"both: hash, no mirror, runtime does not", both, file(failedAdd, unknown, "x-"+node), remove(ReasonSandboxGone)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.Results(tc.e); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlannerAgeGuards covers what makes an old-looking file young: a clock
+// that stepped (or a fresh boot), and a view taken before the file changed.
+func TestPlannerAgeGuards(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-time.Hour)
+	viewAt := now.Add(-10 * time.Second)
+	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	unsettled := p
+	unsettled.Settled = 14 * time.Minute
+	cri := Planner{Sandboxes: sandboxSet{}, Now: now, MinAge: 15 * time.Minute, Settled: settled, ViewTime: viewAt}
+	zeroAge := cri
+	zeroAge.MinAge = 0
+	results := func(changed time.Time) ResultsEntry {
+		return ResultsEntry{Entry: Entry{Name: "net-" + failedAdd + "-eth0", ModTime: old, ChangeTime: changed},
+			Cache: CacheFile{ContainerID: failedAdd, PodUID: goneUID}}
+	}
+	id := sid(t, failedAdd)
+	for _, tc := range []struct {
+		name string
+		got  Decision
+		want Decision
+	}{
+		{"settled clock", p.Results(results(old)), remove(ReasonPodGone)},
+		{"clock stepped within min-age", unsettled.Results(results(old)), keep(ReasonClockUnsettled)},
+		{"scratch, clock stepped", unsettled.Scratch(Entry{ModTime: old, ChangeTime: old}, id, map[SandboxID]struct{}{}), keep(ReasonClockUnsettled)},
+		{"changed before the view", cri.Results(results(viewAt.Add(-100 * time.Millisecond))), remove(ReasonSandboxGone)},
+		{"changed after the view", cri.Results(results(viewAt.Add(time.Second))), keep(ReasonNewerThanView)},
+		{"changed just before the view (inode clock lags)", cri.Results(results(viewAt.Add(-20 * time.Millisecond))), keep(ReasonNewerThanView)},
+		{"min-age 0, changed after the view", zeroAge.Results(results(now)), keep(ReasonNewerThanView)},
+		{"scratch changed after the view", cri.Scratch(Entry{ModTime: old, ChangeTime: now}, id, map[SandboxID]struct{}{}), keep(ReasonNewerThanView)},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func TestPlannerWitnessed(t *testing.T) {
+	p := Planner{}
+	if got := p.Witnessed(true); got != remove(ReasonEarlierBoot) {
+		t.Errorf("with a newer sandbox: got %+v", got)
+	}
+	if got := p.Witnessed(false); got != keep(ReasonPodLive) {
+		t.Errorf("without: got %+v", got)
 	}
 }

@@ -76,18 +76,18 @@ func TestRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "multus")
-			live := multuscache.Pod{Namespace: "default", Name: "live", UID: "uid-live"}
+			live := multuscache.Pod{Namespace: "default", Name: "live", UID: multuscache.UID("live")}
 			if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), live, multuscache.DefaultAttachments(), old); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range tc.pods {
-				pod := multuscache.Pod{Namespace: "default", Name: p, UID: "uid-" + p}
+				pod := multuscache.Pod{Namespace: "default", Name: p, UID: multuscache.UID(p)}
 				if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments(), old); err != nil {
 					t.Fatal(err)
 				}
 			}
 			rel := &fakeReleaser{dir: dir, t: t}
-			sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: "uid-live"}}),
+			sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}}),
 				prune.Options{Dir: dir, MinAge: time.Minute, DryRun: tc.dryRun, Release: rel, MaxReleases: tc.max})
 			if err != nil {
 				t.Fatal(err)

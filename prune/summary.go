@@ -16,12 +16,14 @@ type counts struct {
 	removed   map[Phase]int
 	removedBy map[Reason]int
 	kept      map[Reason]int
+	vanished  map[Phase]int
 	errors    int
 	cniDel    CNIDelCounts
 }
 
 func newCounts() counts {
-	return counts{scanned: map[Phase]int{}, removed: map[Phase]int{}, removedBy: map[Reason]int{}, kept: map[Reason]int{}}
+	return counts{scanned: map[Phase]int{}, removed: map[Phase]int{}, removedBy: map[Reason]int{},
+		kept: map[Reason]int{}, vanished: map[Phase]int{}}
 }
 
 // Summary is what one prune did.
@@ -37,6 +39,9 @@ type Summary struct {
 	RemovedBy map[Reason]int `json:"removedBy"`
 	// Kept counts kept files by reason.
 	Kept map[Reason]int `json:"kept"`
+	// Vanished counts files, by phase, that someone else removed between
+	// the scan and the removal: not the prune's work.
+	Vanished map[Phase]int `json:"vanished"`
 	// Errors counts files that could not be read, checked or removed.
 	Errors int `json:"errors"`
 	// CNIDel counts the CNI DELs run before removals; nil unless the run
@@ -60,7 +65,8 @@ type CNIDelCounts struct {
 
 func newSummary(dir string, dryRun, cniDel bool) *Summary {
 	c := newCounts()
-	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, RemovedBy: c.removedBy, Kept: c.kept}
+	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, RemovedBy: c.removedBy, Kept: c.kept,
+		Vanished: c.vanished}
 	if cniDel {
 		s.CNIDel = &CNIDelCounts{}
 	}
@@ -80,6 +86,9 @@ func (s *Summary) add(c *counts) {
 	for k, v := range c.kept {
 		s.Kept[k] += v
 	}
+	for k, v := range c.vanished {
+		s.Vanished[k] += v
+	}
 	s.Errors += c.errors
 	if s.CNIDel != nil {
 		s.CNIDel.Attempted += c.cniDel.Attempted
@@ -97,9 +106,9 @@ func (s *Summary) KeptSandboxes() map[SandboxID]struct{} { return s.kept }
 // Remaining returns how many files of a phase are left after the run.
 func (s *Summary) Remaining(p Phase) int {
 	if s.DryRun {
-		return s.Scanned[p]
+		return s.Scanned[p] - s.Vanished[p]
 	}
-	return s.Scanned[p] - s.Removed[p]
+	return s.Scanned[p] - s.Removed[p] - s.Vanished[p]
 }
 
 // MarshalJSON adds the duration in seconds.
@@ -122,6 +131,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], s.Errors, s.Duration.Seconds())
 	if err != nil {
 		return err
+	}
+	if n := s.Vanished[PhaseResults] + s.Vanished[PhaseScratch]; n > 0 {
+		if _, err := fmt.Fprintf(w, "  vanished (removed by someone else meanwhile) %d\n", n); err != nil {
+			return err
+		}
 	}
 	if d := s.CNIDel; d != nil {
 		if s.DryRun {

@@ -4,6 +4,7 @@ package multuscache
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -140,7 +141,7 @@ func writeFile(path string, data []byte, mtime time.Time) error {
 // belonging to live pods and the rest to deleted ones, all with mtime.
 func Node(dir string, n int, live []Pod, mtime time.Time) error {
 	for i := range n {
-		pod := Pod{Namespace: "default", Name: fmt.Sprintf("stale-%d", i), UID: newUID()}
+		pod := Pod{Namespace: "default", Name: fmt.Sprintf("stale-%d", i), UID: NewUID()}
 		if i < len(live) {
 			pod = live[i]
 		}
@@ -151,9 +152,21 @@ func Node(dir string, n int, live []Pod, mtime time.Time) error {
 	return nil
 }
 
-func newUID() string {
+// NewUID returns a random pod UID of the form the API server gives.
+func NewUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return uuid(b[:])
+}
+
+// UID returns a pod UID of the API server's form that is the same for the
+// same name, so that tests can name their pods' UIDs.
+func UID(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return uuid(sum[:16])
+}
+
+func uuid(b []byte) string {
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
