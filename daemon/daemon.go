@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,8 +144,10 @@ type Daemon struct {
 	runtime   *cri.Client
 
 	schedule cron.Schedule
-	view     *podView // nil with cri liveness
+	view     *podView // nil with cri liveness, and in PruneOnce
 	boot     *prune.BootState
+	clock    *prune.ClockGuard
+	sources  prune.Sources
 	metrics  *metrics
 	ready    atomic.Bool // first sync done
 	running  sync.Mutex  // held by the prune run in progress
@@ -153,9 +156,18 @@ type Daemon struct {
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
 // before anything starts.
 func New(cfg Config, opts ...Option) (*Daemon, error) {
+	return newDaemon(cfg, false, opts...)
+}
+
+// newDaemon builds a daemon; once builds it for a single cycle, with the
+// node's pods listed by the cycle rather than watched.
+func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
 		o(d)
+	}
+	if once && cfg.Schedule == "" {
+		cfg.Schedule = "@hourly" // unused, but Validate wants one
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -181,19 +193,92 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		d.log = d.log.With("node", cfg.NodeName)
 	}
 	d.cfg.Prune.Logger = d.log
-	if d.cfg.Liveness.Pods() {
+	d.cfg.Prune.NodeName = cfg.NodeName
+	if d.cfg.Liveness.Pods() && !once {
 		d.view = newPodView(d.client, cfg.NodeName)
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil)
 	if d.cfg.RebootAware {
 		d.boot = d.loadBoot()
 	}
+	d.clock = prune.NewClockGuard()
+	d.sources = d.buildSources()
 	if d.uninstall != nil {
 		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
+}
+
+// buildSources makes the liveness views of a cycle from the configuration:
+// the one place that knows which liveness mode needs what.
+func (d *Daemon) buildSources() prune.Sources {
+	src := prune.Sources{Clock: d.clock}
+	switch {
+	case d.view != nil:
+		src.Pods = d.view.source(d.cfg.SyncTimeout)
+	case d.cfg.Liveness.Pods():
+		src.Pods = listSource{client: d.client, node: d.cfg.NodeName, timeout: d.cfg.SyncTimeout}
+	}
+	if d.runtime != nil {
+		src.Sandboxes = criSource{d.runtime}
+	}
+	if d.boot != nil {
+		src.Boot = d.boot
+	}
+	return src
+}
+
+// criSource adapts the CRI client to prune.SandboxSource.
+type criSource struct{ c *cri.Client }
+
+// Sandboxes implements prune.SandboxSource.
+func (s criSource) Sandboxes(ctx context.Context) (prune.SandboxIndex, error) {
+	l, err := s.c.Sandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// PruneOnce runs one prune cycle with the views the daemon would use, the
+// node's pods listed once instead of watched (`sweepd prune`). The error
+// wraps prune.ErrPodsUnavailable or prune.ErrSandboxesUnavailable when
+// nothing could be deleted for want of a view; the summary is then nil.
+func PruneOnce(ctx context.Context, cfg Config, opts ...Option) (*prune.Summary, error) {
+	d, err := newDaemon(cfg, true, opts...)
+	if err != nil {
+		return nil, err
+	}
+	// Deferred in this order so that cancel runs first and the clock
+	// watcher has returned when PruneOnce does.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.watchClock(ctx, &wg)
+	sum, res, err := prune.Cycle(ctx, d.sources, d.cfg.Prune)
+	if res.BootRecordErr != nil {
+		d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
+			"error", res.BootRecordErr)
+	}
+	return sum, err
+}
+
+// watchClock notes steps of the wall clock for the prune's age guard until
+// ctx ends.
+func (d *Daemon) watchClock(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Go(func() {
+		err := d.clock.Watch(ctx, func() {
+			d.metrics.clockSteps.Inc()
+			d.log.Warn("the wall clock was set: file ages are not trusted until the minimum age has passed",
+				"min_age", d.cfg.Prune.MinAge)
+		})
+		if err != nil {
+			d.log.Warn("cannot watch for steps of the wall clock; ages are guarded by the uptime alone", "error", err)
+		}
+	})
 }
 
 // Run runs the informer, the schedule and the HTTP server until ctx is
@@ -219,6 +304,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.view != nil {
 		wg.Go(func() { d.view.run(ctx) })
 	}
+	d.watchClock(ctx, &wg)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
 		// if the prune never gets a fresh view.
@@ -323,8 +409,8 @@ func (d *Daemon) httpError(errc chan error) error {
 	}
 }
 
-// cycle is one scheduled prune: skipped unless the view is fresh and no other
-// run is in progress.
+// cycle is one scheduled prune: skipped unless every view is fresh and no
+// other run is in progress.
 func (d *Daemon) cycle(ctx context.Context) {
 	if !d.running.TryLock() {
 		d.metrics.skipped.WithLabelValues(skipStillRunning).Inc()
@@ -332,61 +418,32 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
-	var idx prune.PodIndex
-	if d.view != nil {
-		if !d.view.waitFresh(ctx, d.cfg.SyncTimeout) {
-			if ctx.Err() != nil {
-				return
-			}
-			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
-			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", d.view.LastError())
-			return
-		}
-		idx = d.view
+	sum, res, err := prune.Cycle(ctx, d.sources, d.cfg.Prune)
+	if res.Sandboxes >= 0 {
+		d.metrics.sandboxes.Set(float64(res.Sandboxes))
 	}
-	opts := d.cfg.Prune
-	if d.runtime != nil {
-		// One CRI call per cycle; the API server sees none.
-		s, err := d.runtime.Sandboxes(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+	if res.BootRecordErr != nil {
+		d.metrics.bootErrors.Inc()
+		d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
+			"error", res.BootRecordErr)
+	}
+	if sum == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, prune.ErrPodsUnavailable):
+			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
+			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", err)
+		case errors.Is(err, prune.ErrSandboxesUnavailable):
 			d.metrics.skipped.WithLabelValues(skipCRIUnavailable).Inc()
 			d.log.Warn("prune skipped: no list of sandboxes from the container runtime; nothing deleted", "error", err)
-			return
+		default:
+			d.log.Error("prune skipped", "error", err)
 		}
-		opts.Sandboxes = s
-		d.metrics.sandboxes.Set(float64(s.Len()))
-	}
-	if d.boot != nil {
-		opts.Boot = d.boot
+		return
 	}
 	d.metrics.runs.Inc()
-	sum, err := prune.Run(ctx, idx, opts)
 	d.metrics.observe(sum, err)
-	if err == nil && d.boot != nil && !sum.DryRun {
-		// A dry run leaves the record as it is: what it would remove must
-		// stay earlier-boot for the real run.
-		if err := d.boot.Save(sum.KeptSandboxes()); err != nil {
-			d.metrics.bootErrors.Inc()
-			d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot", "error", err)
-		}
-	}
-	attrs := []any{
-		"removed_results", sum.Removed[prune.PhaseResults], "removed_scratch", sum.Removed[prune.PhaseScratch],
-		"scanned_results", sum.Scanned[prune.PhaseResults], "scanned_scratch", sum.Scanned[prune.PhaseScratch],
-		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(), "dry_run", sum.DryRun,
-	}
-	for r, n := range sum.Kept {
-		attrs = append(attrs, "kept_"+string(r), n)
-	}
-	if c := sum.CNIDel; c != nil {
-		attrs = append(attrs, "cni_del_attempted", c.Attempted, "cni_del_succeeded", c.Succeeded, "cni_del_failed", c.Failed)
-	}
-	for r, n := range sum.RemovedBy {
-		attrs = append(attrs, "removed_"+string(r), n)
-	}
+	attrs := SummaryAttrs(sum)
 	switch {
 	case errors.Is(err, prune.ErrNotSynced) && d.view != nil:
 		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
@@ -396,4 +453,35 @@ func (d *Daemon) cycle(ctx context.Context) {
 	default:
 		d.log.Info("prune done", attrs...)
 	}
+}
+
+// SummaryAttrs are the log attributes of a prune's summary.
+func SummaryAttrs(sum *prune.Summary) []any {
+	attrs := []any{
+		"removed_results", sum.Removed[prune.PhaseResults], "removed_scratch", sum.Removed[prune.PhaseScratch],
+		"scanned_results", sum.Scanned[prune.PhaseResults], "scanned_scratch", sum.Scanned[prune.PhaseScratch],
+		"vanished", sum.Vanished[prune.PhaseResults] + sum.Vanished[prune.PhaseScratch],
+		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(), "dry_run", sum.DryRun,
+	}
+	for _, r := range sortedReasons(sum.Kept) {
+		attrs = append(attrs, "kept_"+string(r), sum.Kept[r])
+	}
+	if c := sum.CNIDel; c != nil {
+		attrs = append(attrs, "cni_del_attempted", c.Attempted, "cni_del_succeeded", c.Succeeded, "cni_del_failed", c.Failed)
+	}
+	for _, r := range sortedReasons(sum.RemovedBy) {
+		attrs = append(attrs, "removed_"+string(r), sum.RemovedBy[r])
+	}
+	return attrs
+}
+
+// sortedReasons returns the keys of m in order, so that log lines are
+// stable.
+func sortedReasons(m map[prune.Reason]int) []prune.Reason {
+	rs := make([]prune.Reason, 0, len(m))
+	for r := range m {
+		rs = append(rs, r)
+	}
+	slices.Sort(rs)
+	return rs
 }

@@ -32,7 +32,8 @@ func keptReasons() []prune.Reason {
 		prune.ReasonPodLive, prune.ReasonTooYoung, prune.ReasonSandboxReferenced, prune.ReasonUnparseable,
 		prune.ReasonNotCache, prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular,
 		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError, prune.ReasonCNIDelFailed,
-		prune.ReasonCNIDelDeferred, prune.ReasonSandboxLive,
+		prune.ReasonCNIDelDeferred, prune.ReasonSandboxLive, prune.ReasonStaticPod, prune.ReasonNewerThanView,
+		prune.ReasonClockUnsettled, prune.ReasonNoResultsDir, prune.ReasonConflicting, prune.ReasonViewStale,
 	}
 }
 
@@ -64,6 +65,7 @@ type metrics struct {
 	cacheFiles  *prometheus.GaugeVec
 	pods        prometheus.GaugeFunc
 	viewFresh   prometheus.GaugeFunc
+	clockSteps  prometheus.Counter
 }
 
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
@@ -91,6 +93,10 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 		sandboxes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_runtime_sandboxes",
 			Help: "Pod sandboxes, in any state, that the container runtime listed at the last prune (cri and both liveness).",
+		}),
+		clockSteps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_clock_steps_total",
+			Help: "Steps of the wall clock seen by the daemon; file ages are not trusted for the minimum age after each (kept as clock-unsettled).",
 		}),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_prune_runs_total",
@@ -168,7 +174,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.runs, m.failures, m.fileErrors, m.skipped,
+		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.runs, m.failures, m.fileErrors, m.skipped,
 		m.lastSuccess, m.duration, m.kept, m.cacheFiles, buildInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -41,7 +41,8 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 		}
 		pods = make([]prune.PodRef, 0, len(list.Items))
 		for _, p := range list.Items {
-			pods = append(pods, prune.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)})
+			pods = append(pods, prune.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+				MirrorUID: p.Annotations[MirrorAnnotation]})
 		}
 		return true, nil
 	})
@@ -52,4 +53,21 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 		return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, err)
 	}
 	return prune.NewPodSet(pods), nil
+}
+
+// listSource is a prune.PodSource that lists the node's pods once per call:
+// the view of `sweepd prune`, complete at one resource version and not live.
+type listSource struct {
+	client  metadata.Interface
+	node    string
+	timeout time.Duration
+}
+
+// Pods implements prune.PodSource.
+func (s listSource) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
+	set, err := ListNodePods(ctx, s.client, s.node, s.timeout)
+	if err != nil {
+		return nil, false, err
+	}
+	return set, false, nil
 }

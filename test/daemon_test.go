@@ -42,6 +42,7 @@ func freePort(t testing.TB) int {
 func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
+	args = withMinAge(args)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
 	return startProc(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
@@ -74,6 +75,18 @@ func startProc(t testing.TB, cmd *exec.Cmd, addr, logPath, name string) *daemonP
 		}
 	})
 	return d
+}
+
+// withMinAge gives a test's sweepd a --min-age of one minute unless it sets
+// one: ages are not trusted in the first --min-age after boot, and a test
+// must not depend on how long ago the machine booted (the default is 15m).
+func withMinAge(args []string) []string {
+	for _, a := range args {
+		if strings.HasPrefix(a, "--min-age") {
+			return args
+		}
+	}
+	return append([]string{"--min-age=1m"}, args...)
 }
 
 func (d *daemonProc) get(path string) (int, string) {

@@ -30,7 +30,7 @@ type pruneSummary struct {
 func runPrune(t *testing.T, env []string, args ...string) (pruneSummary, string, int) {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
-	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, args...)...)
+	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, withMinAge(args)...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out, stderr, code := runCmd(t, cmd)
 	t.Logf("sweepd prune %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
@@ -84,7 +84,7 @@ func TestPruneRebootAware(t *testing.T) {
 	for _, name := range []string{"web", "db"} {
 		pods[name] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(t, cs, "default", name, "node-a")}
 	}
-	base := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--multus-dir=" + dir, "--min-age=15m", "--boot-id-file=" + bootFile}
+	base := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--multus-dir=" + dir, "--min-age=2m", "--boot-id-file=" + bootFile}
 
 	// Boot A: the pods' first sandboxes. A run records them.
 	writeBootID(t, bootFile, "7d4f0c6e-aaaa-4b1e-8f3a-00000000000a")
@@ -205,7 +205,7 @@ func TestPruneCRILiveness(t *testing.T) {
 	rt.Add(notReady, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
 	// Any kubeconfig would fail: none must be read.
 	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME="}
-	base := []string{"--liveness=cri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=15m", "--cri-timeout=1s"}
+	base := []string{"--liveness=cri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=2m", "--cri-timeout=1s"}
 
 	t.Run("runtime stopped: nothing deleted, exit 1", func(t *testing.T) {
 		rt.Stop()
@@ -284,7 +284,7 @@ func TestPruneBothLiveness(t *testing.T) {
 		}
 	}
 	rt.SetSandboxes(known...)
-	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=15m", "--cri-timeout=1s"}
+	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=2m", "--cri-timeout=1s"}
 
 	rt.SetHang(true)
 	if _, _, code := runPrune(t, nil, base...); code != 1 {

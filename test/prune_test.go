@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -25,10 +26,18 @@ import (
 	"github.com/sweep-k8s/sweep/internal/testbin"
 )
 
+// predateViews lets the files a test wrote age past the margin within which
+// a file changed before a one-shot view of the pods or sandboxes is kept as
+// newer-than-view (50ms, the inode clock's lag): a sweepd prune started
+// right after writing its fixture would keep it, by design.
+func predateViews() { time.Sleep(100 * time.Millisecond) }
+
 // runCmd runs cmd to its end and returns its stdout, stderr and exit status;
-// only a failure to start it fails the test.
+// only a failure to start it fails the test. It starts cmd only once the
+// files written so far predate the views cmd may take (predateViews).
 func runCmd(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 	t.Helper()
+	predateViews()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -69,7 +78,8 @@ func deletePod(t testing.TB, cs kubernetes.Interface, ns, name string) {
 func ensureServiceAccount(t testing.TB, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	if ns != "default" {
-		if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) { // kube-system is the API server's own
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +195,7 @@ func TestPruneEndToEnd(t *testing.T) {
 	before := c.remaining(t)
 
 	run := func(args ...string) (string, int) {
-		out, stderr, code := runCmd(t, exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--multus-dir=" + c.dir, "--min-age=15m"}, args...)...))
+		out, stderr, code := runCmd(t, exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--multus-dir=" + c.dir, "--min-age=2m"}, args...)...))
 		t.Logf("sweepd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
 		return out, code
 	}
@@ -327,7 +337,8 @@ func TestPrunePermissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(bin, "prune", "--node-name=node-a", "--multus-dir="+c.dir, "--min-age=15m", "--kubeconfig="+kubeconfig, "--output=json")
+	predateViews()
+	cmd := exec.Command(bin, "prune", "--node-name=node-a", "--multus-dir="+c.dir, "--min-age=2m", "--kubeconfig="+kubeconfig, "--output=json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 
-	"k8s.io/client-go/metadata"
-
 	"github.com/sweep-k8s/sweep/daemon"
 )
 
@@ -26,18 +24,8 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			e.log.Error("daemon", "error", err)
 			return exitFail
 		}
-		dcfg := daemon.Config{
-			NodeName:     p.node,
-			Prune:        popts,
-			Schedule:     *schedule,
-			PruneOnStart: *onStart,
-			SyncTimeout:  p.syncWait,
-			MetricsAddr:  *addr,
-			Liveness:     p.liveness,
-			StateDir:     p.stateDir,
-			RebootAware:  p.rebootAware,
-			BootIDFile:   p.bootIDFile,
-		}
+		dcfg := p.config(popts)
+		dcfg.Schedule, dcfg.PruneOnStart, dcfg.MetricsAddr = *schedule, *onStart, *addr
 		if err := dcfg.Validate(); err != nil {
 			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
 			return exitUsage
@@ -56,36 +44,19 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 		}
 		ready := systemdNotifier(ctx, e.log, *addr)
 		opts := []daemon.Option{daemon.WithLogger(e.log), daemon.WithReadyNotifier(ready)}
-		rt, err := p.runtime()
+		clients, cfg, err := p.clients()
 		if err != nil {
-			e.log.Error("container runtime client", "error", err)
+			e.log.Error("daemon", "error", err)
 			return exitFail
 		}
-		if rt != nil {
-			opts = append(opts, daemon.WithRuntime(rt))
-		}
-		// Without pods (--liveness=cri) no kubeconfig is read, no informer
-		// runs and the API server is never contacted.
-		if p.liveness.Pods() {
-			cfg, err := p.kube.restConfig()
+		opts = append(opts, clients...)
+		if u.enabled() {
+			o, err := u.option(cfg, e.log)
 			if err != nil {
-				e.log.Error("no kubernetes access", "error", err)
+				e.log.Error("uninstall cleanup", "error", err)
 				return exitFail
 			}
-			client, err := metadata.NewForConfig(cfg)
-			if err != nil {
-				e.log.Error("metadata client", "error", err)
-				return exitFail
-			}
-			opts = append(opts, daemon.WithMetadataClient(client))
-			if u.enabled() {
-				o, err := u.option(cfg, e.log)
-				if err != nil {
-					e.log.Error("uninstall cleanup", "error", err)
-					return exitFail
-				}
-				opts = append(opts, o)
-			}
+			opts = append(opts, o)
 		}
 		d, err := daemon.New(dcfg, opts...)
 		if err != nil {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/cri"
@@ -59,7 +59,7 @@ func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
 	fs.StringVar(&p.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
 	fs.DurationVar(&p.criTimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
 	fs.StringVar(&p.stateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty: no reboot-awareness, uninstall state in memory only")
-	fs.BoolVar(&p.rebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists; only with --state-dir")
+	fs.BoolVar(&p.rebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists, once a second witness agrees (the runtime no longer lists the sandbox, or the pod has a newer one); only with --state-dir")
 	fs.StringVar(&p.bootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID")
 	return p
 }
@@ -132,32 +132,44 @@ func (p *pruneFlags) options(e *env) (prune.Options, error) {
 	return opts, nil
 }
 
-// runtime returns the CRI client, or nil when the liveness does not use it.
-func (p *pruneFlags) runtime() (*cri.Client, error) {
-	if !p.liveness.Runtime() {
-		return nil, nil
+// config is the daemon configuration that the prune flags make.
+func (p *pruneFlags) config(opts prune.Options) daemon.Config {
+	return daemon.Config{
+		NodeName:    p.node,
+		Prune:       opts,
+		SyncTimeout: p.syncWait,
+		Liveness:    p.liveness,
+		StateDir:    p.stateDir,
+		RebootAware: p.rebootAware,
+		BootIDFile:  p.bootIDFile,
 	}
-	return cri.New(p.criEndpoint, p.criTimeout)
 }
 
-// bootState loads the boot record for --reboot-aware, or returns nil when it
-// is off or there is no boot ID. Failures are logged, never fatal: they make
-// the prune know fewer earlier-boot sandboxes, never more.
-func (p *pruneFlags) bootState(log *slog.Logger) *prune.BootState {
-	if !p.rebootAware {
-		return nil
+// clients returns the options that give the daemon its clients: the CRI
+// client when the liveness uses the runtime, the metadata client (and its
+// REST config) when it uses the pods. Without pods (--liveness=cri) no
+// kubeconfig is read and the API server is never contacted.
+func (p *pruneFlags) clients() ([]daemon.Option, *rest.Config, error) {
+	var opts []daemon.Option
+	if p.liveness.Runtime() {
+		rt, err := cri.New(p.criEndpoint, p.criTimeout)
+		if err != nil {
+			return nil, nil, fmt.Errorf("container runtime client: %w", err)
+		}
+		opts = append(opts, daemon.WithRuntime(rt))
 	}
-	id, err := prune.ReadBootID(p.bootIDFile)
+	if !p.liveness.Pods() {
+		return opts, nil, nil
+	}
+	cfg, err := p.kube.restConfig()
 	if err != nil {
-		log.Warn("no boot id: reboot-aware staleness is off", "error", err)
-		return nil
+		return nil, nil, fmt.Errorf("no kubernetes access: %w", err)
 	}
-	b, err := prune.LoadBootState(p.stateDir, id)
+	client, err := metadata.NewForConfig(cfg)
 	if err != nil {
-		log.Warn("boot record unusable: no sandbox counts as earlier-boot", "state_dir", p.stateDir, "error", err)
+		return nil, nil, fmt.Errorf("metadata client: %w", err)
 	}
-	log.Debug("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
-	return b
+	return append(opts, daemon.WithMetadataClient(client)), cfg, nil
 }
 
 func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
@@ -176,61 +188,23 @@ func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 		if p.node != "" {
 			log = log.With("node", p.node)
 		}
-		opts, err := p.options(e)
+		popts, err := p.options(e)
 		if err != nil {
 			log.Error("nothing deleted", "error", err)
 			return exitFail
 		}
-		opts.Logger = log
-		// Without pods (--liveness=cri) no kubeconfig is read and the API
-		// server is never contacted.
-		var pods prune.PodIndex
-		if p.liveness.Pods() {
-			cfg, err := p.kube.restConfig()
-			if err != nil {
-				log.Error("no kubernetes access; nothing deleted", "error", err)
-				return exitFail
-			}
-			client, err := metadata.NewForConfig(cfg)
-			if err != nil {
-				log.Error("metadata client; nothing deleted", "error", err)
-				return exitFail
-			}
-			set, err := daemon.ListNodePods(ctx, client, p.node, p.syncWait)
-			if err != nil {
-				log.Error("no complete view of the node's pods; nothing deleted", "error", err)
-				return exitFail
-			}
-			pods = set
-		}
-		rt, err := p.runtime()
+		opts, _, err := p.clients()
 		if err != nil {
-			log.Error("container runtime client; nothing deleted", "error", err)
+			log.Error("nothing deleted", "error", err)
 			return exitFail
 		}
-		if rt != nil {
-			s, err := rt.Sandboxes(ctx)
-			if err != nil {
-				log.Error("no list of sandboxes from the container runtime; nothing deleted", "error", err)
-				return exitFail
-			}
-			log.Debug("sandboxes listed", "endpoint", rt.Endpoint(), "sandboxes", s.Len(), "ready", s.Ready())
-			opts.Sandboxes = s
+		sum, err := daemon.PruneOnce(ctx, p.config(popts), append(opts, daemon.WithLogger(e.log))...)
+		if sum == nil {
+			log.Error("nothing deleted", "error", err)
+			return exitFail
 		}
-		boot := p.bootState(log)
-		if boot != nil {
-			opts.Boot = boot
-		}
-		sum, err := prune.Run(ctx, pods, opts)
 		if err != nil {
 			log.Error("prune stopped", "error", err)
-		}
-		if err == nil && boot != nil && !sum.DryRun {
-			// A dry run leaves the record as it is: what it would remove
-			// must stay earlier-boot for the real run.
-			if err := boot.Save(sum.KeptSandboxes()); err != nil {
-				log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot", "error", err)
-			}
 		}
 		if *output == "json" {
 			_ = json.NewEncoder(e.stdout).Encode(sum)
