@@ -316,7 +316,7 @@ func isUUID(s string) bool {
 				return false
 			}
 		default:
-			if c := s[i]; !isLowerHex(c) && !('A' <= c && c <= 'F') {
+			if c := s[i]; !isLowerHex(c) && (c < 'A' || c > 'F') {
 				return false
 			}
 		}

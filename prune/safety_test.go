@@ -2,6 +2,7 @@ package prune_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,7 +80,7 @@ func TestRunStaleViewCounts(t *testing.T) {
 	idx := &stalingIndex{}
 	idx.n.Store(1) // the check at the start only
 	sum, err := prune.Run(t.Context(), idx, prune.Options{Dir: dir, MinAge: time.Minute, Release: rel, MaxReleases: 1, Workers: 4})
-	if err != prune.ErrNotSynced {
+	if !errors.Is(err, prune.ErrNotSynced) {
 		t.Fatalf("err %v, want ErrNotSynced", err)
 	}
 	if len(released) != 0 || sum.CNIDel.Attempted != 0 {

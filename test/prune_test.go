@@ -313,10 +313,10 @@ func TestPrunePermissionDenied(t *testing.T) {
 	c := &cacheTree{dir: filepath.Join(base, "multus")}
 	live := createPod(t, cs, "default", "live", "node-a")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "live", UID: live}, old, true)
-	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: "uid-gone"}, old, false)
+	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}, old, false)
 	// A stale sandbox whose results files the user may not read: kept, and
 	// they keep the sandbox's scratch file.
-	locked := c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone-2", UID: "uid-gone-2"}, old, true)
+	locked := c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone-2", UID: multuscache.UID("gone-2")}, old, true)
 	// A directory the user may not enter is not ours: kept, never entered.
 	private := filepath.Join(c.dir, "results", "private")
 	if err := os.Mkdir(private, 0o700); err != nil {
