@@ -457,6 +457,15 @@ func TestChartApply(t *testing.T) {
 		{daemonSA, "update", "configmaps", chartNamespace, false},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
+		// The binding goes with the ClusterRole (garbage collector): the
+		// daemon sets the ownerReference, it does not delete the binding.
+		{daemonSA, "update", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", true},
+		{daemonSA, "delete", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", false},
+		{daemonSA, "update", "clusterrolebindings.rbac.authorization.k8s.io/cluster-admin", "", false},
+		// The DaemonSet cannot hang off the ClusterRole too: updating
+		// itself would let the daemon run pods as any ServiceAccount of
+		// the namespace. It deletes itself, with the Role's right.
+		{daemonSA, "update", "daemonsets.apps/sweep-all", chartNamespace, false},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io", "", true},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com", "", false},
 		{daemonSA, "delete", "network-attachment-definitions.k8s.cni.cncf.io", "team-a", true},

@@ -139,13 +139,15 @@ func installRelease(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 	noErr(t)(cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name + "-uninstall"}, Rules: uninstallRules()}, metav1.CreateOptions{}))
 	bind(name+"-uninstall", name+"-uninstall")
 	// The ClusterRole: the prune's pod informer, the self-cleanup's own
-	// cluster-scoped RBAC, and the rights for the resource config's
-	// entries (in the same ClusterRole, so the self-cleanup removes them).
+	// cluster-scoped RBAC (the binding made owned by the ClusterRole, whose
+	// delete takes both), and the rights for the resource config's entries
+	// (in the same ClusterRole, so the self-cleanup removes them).
 	noErr(t)(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"delete"}, ResourceNames: []string{name}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"get", "delete"}, ResourceNames: []string{name}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "delete"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"get", "list", "watch", "delete"}, ResourceNames: []string{r.leftoverRole}},
 		},
@@ -520,12 +522,19 @@ func TestUninstallAcrossNodes(t *testing.T) {
 				lastResource = dels[0].Received
 			}
 		}
+		// The self-cleanup: the ClusterRole (the garbage collector takes
+		// its binding), then the DaemonSet, the last request.
+		cr := sweepdDeletes(evs, "clusterroles", r.name)
 		ds := sweepdDeletes(evs, "daemonsets", r.name)
-		if len(ds) != 1 {
-			t.Fatalf("DaemonSet deleted %d times, want 1", len(ds))
+		if len(cr) != 1 || len(ds) != 1 {
+			t.Fatalf("ClusterRole deleted %d times, DaemonSet %d times, want 1 each", len(cr), len(ds))
 		}
-		if ds[0].Received.Before(lastResource) {
-			t.Errorf("DaemonSet deleted at %s, before the last resource at %s", ds[0].Received, lastResource)
+		if cr[0].Received.Before(lastResource) || ds[0].Received.Before(cr[0].Received) {
+			t.Errorf("ClusterRole deleted at %s, DaemonSet at %s: want both in this order after the last resource at %s",
+				cr[0].Received, ds[0].Received, lastResource)
+		}
+		if n := len(sweepdDeletes(evs, "clusterrolebindings", r.name)); n != 0 {
+			t.Errorf("ClusterRoleBinding deleted %d times by sweepd, want 0 (the garbage collector's)", n)
 		}
 	})
 
@@ -600,9 +609,10 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		if removed < 3*3+float64(len(entries)) {
 			t.Errorf("removed files = %v, want at least %d", removed, 9+len(entries))
 		}
-		// Three resources; the DaemonSet, ClusterRole and ClusterRoleBinding.
-		if deleted != 6 {
-			t.Errorf("deleted objects = %v, want 6", deleted)
+		// Three resources; the ClusterRole and the DaemonSet. The garbage
+		// collector deletes the ClusterRoleBinding with the ClusterRole.
+		if deleted != 5 {
+			t.Errorf("deleted objects = %v, want 5", deleted)
 		}
 	})
 }
