@@ -214,10 +214,12 @@ metadata: {name: bystander, namespace: kube-system}
 	if err := hook.Start(); err != nil {
 		t.Fatal(err)
 	}
-	hookDone := make(chan error, 1)
-	go func() { hookDone <- hook.Wait() }()
+	var hookErr error
+	hookDone := make(chan struct{})
+	go func() { hookErr = hook.Wait(); close(hookDone) }()
 	t.Cleanup(func() {
 		_ = hook.Process.Kill()
+		<-hookDone // the output is complete only once Wait returned
 		if t.Failed() {
 			t.Logf("sweepd uninstall output:\n%s", hookOut.String())
 		}
@@ -244,9 +246,9 @@ metadata: {name: bystander, namespace: kube-system}
 	})
 
 	select {
-	case err := <-hookDone:
-		if err != nil {
-			t.Fatalf("sweepd uninstall: %v", err)
+	case <-hookDone:
+		if hookErr != nil {
+			t.Fatalf("sweepd uninstall: %v", hookErr)
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("sweepd uninstall still waiting after 2 min")
