@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -27,6 +28,7 @@ var (
 	roleBindingGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
 	clusterRoleGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 	clusterRoleBindingGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
+	accessReviewGVR       = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"}
 )
 
 // SelfOptions names the cleanup workload and its RBAC.
@@ -40,184 +42,446 @@ type SelfOptions struct {
 	// ownerReference to the self object so that the garbage collector
 	// removes them after it. Empty names are skipped.
 	ServiceAccount, Role, RoleBinding string
-	// ClusterRole and ClusterRoleBinding cannot be owned by a namespaced
-	// object, so they are deleted explicitly, together with the self object.
+	// ClusterRole and ClusterRoleBinding go together: the binding gets an
+	// ownerReference to the ClusterRole, and one delete of the ClusterRole
+	// takes both. Empty names are skipped.
 	ClusterRole, ClusterRoleBinding string
 	// Finalize, when not nil, is waited for (up to FinalizeTimeout) before
 	// deleting anything: it is closed by the FinalizeCleanup endpoint.
 	Finalize        <-chan struct{}
 	FinalizeTimeout time.Duration
+	// BeforeClusterRoleDelete, when set, is called right before the
+	// ClusterRole is deleted, while every right is still there, so that
+	// the caller can record it (the daemon does, in its status Lease). An
+	// error stops the self-cleanup before anything is deleted.
+	BeforeClusterRoleDelete func(context.Context) error
+	// ClusterRoleDeleted says that an earlier attempt recorded (with
+	// BeforeClusterRoleDelete) that it was deleting the ClusterRole. A
+	// ClusterRole that can no longer be read is then taken for gone: the
+	// right to read it came from its own rules.
+	ClusterRoleDeleted bool
 	// DryRun checks everything with server-side dry-run requests.
 	DryRun bool
 	Log    *slog.Logger
 }
 
-// SelfCleanup removes the cleanup workload: it puts an ownerReference to the
-// self object on the ServiceAccount, Role and RoleBinding that exist,
-// waits for Finalize (if set), then deletes the ClusterRoleBinding,
-// ClusterRole and the self object. A missing RBAC object is logged and
-// skipped. Failures are recorded in sum as must-delete failures; the error
-// is for configuration problems (wrapping ErrConfig) and discovery failures.
+// SelfCleanup removes the cleanup workload and its RBAC in an order that
+// does not depend on how soon the API server's authorizer sees a deletion:
+// an object the workload's rights come from is removed only by the
+// workload's last request, or by the garbage collector after it.
+//
+//  1. The ServiceAccount, Role and RoleBinding get an ownerReference to the
+//     self object.
+//  2. With a ClusterRole: the ClusterRoleBinding gets an ownerReference to
+//     it, and so does the self object when the workload may update it and
+//     nothing else owns it.
+//  3. FinalizeCleanup is waited for, if asked.
+//  4. With a ClusterRole: it is deleted. If the self object hangs off it,
+//     that was the last request: the garbage collector deletes the binding,
+//     the self object and, after it, the namespaced RBAC.
+//  5. Otherwise the self object is deleted, the last request; its right
+//     must not come from the ClusterRole (the chart's comes from the Role,
+//     which goes only after the self object).
+//
+// A step that fails stops the self-cleanup before anything that grants
+// rights is deleted, so the workload stays, with the rights to report and
+// to try again. Failures are recorded in sum as must-delete failures; the
+// error is for configuration problems (wrapping ErrConfig) and discovery
+// failures.
 func SelfCleanup(ctx context.Context, c *Clients, opts SelfOptions, sum *Summary) error {
-	log := logger(opts.Log)
+	r := &selfRun{c: c, opts: opts, log: logger(opts.Log), sum: sum}
+	if opts.DryRun {
+		r.dryRun = []string{metav1.DryRunAll}
+	}
 	t, err := resolveGVR(c.Mapper, opts.GVR)
 	if err != nil {
 		return fmt.Errorf("self object: %w", err)
 	}
-	selfName := fmt.Sprintf("%s %s/%s", opts.GVR.GroupResource(), opts.Namespace, opts.Name)
-	fail := func(object, reason string) {
-		log.Error("self-cleanup", "object", object, "outcome", string(Failed), "reason", reason)
-		sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: reason, MustDelete: true})
-	}
 	if err := checkSelfScope(t, opts.Namespace); err != nil {
 		return err
 	}
+	if (opts.ClusterRole == "") != (opts.ClusterRoleBinding == "") {
+		return fmt.Errorf("%w: the ClusterRole and ClusterRoleBinding names go together", ErrConfig)
+	}
+	r.selfGVR = t.GVR
+	r.selfName = objectName(opts.GVR.GroupResource(), opts.Namespace, opts.Name)
 	if !t.Served {
-		fail(selfName, "resource type not served by the API server")
+		r.fail(r.selfName, "resource type not served by the API server")
 		return nil
 	}
-	selfRI := c.Dynamic.Resource(t.GVR).Namespace(opts.Namespace)
-	self, err := selfRI.Get(ctx, opts.Name, metav1.GetOptions{})
+	var self *unstructured.Unstructured
+	err = retryTransient(ctx, func() (err error) {
+		self, err = c.Dynamic.Resource(t.GVR).Namespace(opts.Namespace).Get(ctx, opts.Name, metav1.GetOptions{})
+		return err
+	})
 	if err != nil {
-		fail(selfName, "get: "+err.Error())
+		r.fail(r.selfName, "get: "+err.Error())
 		return nil
 	}
-	owner := metav1.OwnerReference{
-		APIVersion: self.GetAPIVersion(),
-		Kind:       self.GetKind(),
-		Name:       self.GetName(),
-		UID:        self.GetUID(),
-	}
+	selfRef := metav1.OwnerReference{APIVersion: self.GetAPIVersion(), Kind: self.GetKind(), Name: self.GetName(), UID: self.GetUID()}
 
-	var dryRun []string
-	if opts.DryRun {
-		dryRun = []string{metav1.DryRunAll}
-	}
-	record := func(object string, o Outcome, reason string) {
-		log.Info("self-cleanup", "object", object, "outcome", string(o), "reason", reason)
-		sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: o, Reason: reason})
-	}
 	if opts.Namespace == "" {
-		log.Warn("self object is cluster-scoped: not adopting the namespaced ServiceAccount, Role and RoleBinding")
+		r.log.Warn("self object is cluster-scoped: not adopting the namespaced ServiceAccount, Role and RoleBinding")
 	} else {
-		for _, dep := range []struct {
-			gvr  schema.GroupVersionResource
-			name string
-		}{{serviceAccountGVR, opts.ServiceAccount}, {roleGVR, opts.Role}, {roleBindingGVR, opts.RoleBinding}} {
-			if dep.name == "" {
-				continue
+		r.adoptNamespaced(ctx, selfRef)
+	}
+	var plan *clusterPlan
+	if opts.ClusterRole != "" {
+		var ok bool
+		if plan, ok = r.prepareCluster(ctx, self); !ok {
+			return nil
+		}
+	}
+	if err := r.waitFinalize(ctx); err != nil {
+		return err
+	}
+	if plan != nil {
+		over, ok := r.deleteClusterRole(ctx, plan)
+		if over || !ok {
+			return nil
+		}
+	}
+	r.deleteSelf(ctx, selfRef.UID)
+	return nil
+}
+
+// selfRun is one SelfCleanup.
+type selfRun struct {
+	c        *Clients
+	opts     SelfOptions
+	log      *slog.Logger
+	sum      *Summary
+	dryRun   []string
+	selfGVR  schema.GroupVersionResource
+	selfName string
+}
+
+// clusterPlan is what step 2 found and did.
+type clusterPlan struct {
+	uid types.UID
+	// gone: the ClusterRole is already gone (deleted by an earlier attempt
+	// or by someone else); there is nothing to delete but the self object.
+	gone bool
+	// bindingOwned: the ClusterRoleBinding hangs off the ClusterRole.
+	bindingOwned bool
+	// selfOwned: the self object hangs off the ClusterRole, whose delete is
+	// then the last request.
+	selfOwned bool
+}
+
+func (r *selfRun) record(object string, o Outcome, reason string) {
+	r.log.Info("self-cleanup", "object", object, "outcome", string(o), "reason", reason)
+	r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: o, Reason: reason})
+}
+
+// fail records a failure that fails the run.
+func (r *selfRun) fail(object, reason string) {
+	r.log.Error("self-cleanup", "object", object, "outcome", string(Failed), "reason", reason)
+	r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: reason, MustDelete: true})
+}
+
+// collected records an object the garbage collector deletes after owner.
+func (r *selfRun) collected(object, owner string) {
+	if r.opts.DryRun {
+		r.record(object, WouldDelete, "by the garbage collector, after "+owner)
+		return
+	}
+	r.record(object, Collected, "owned by "+owner)
+}
+
+func objectName(gr schema.GroupResource, ns, name string) string {
+	if ns == "" {
+		return gr.String() + " " + name
+	}
+	return fmt.Sprintf("%s %s/%s", gr, ns, name)
+}
+
+// adopt adds owner to the ownerReferences of gvr ns/name. It reports
+// whether the reference was added (false: it was there) and how many other
+// owners the object has: the garbage collector deletes an object only once
+// all its owners are gone.
+func (r *selfRun) adopt(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, owner metav1.OwnerReference) (added bool, others int, err error) {
+	ri := r.c.Dynamic.Resource(gvr).Namespace(ns)
+	err = retryTransient(ctx, func() error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			added, others = false, 0
+			obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
 			}
-			object := fmt.Sprintf("%s %s/%s", dep.gvr.GroupResource(), opts.Namespace, dep.name)
-			ri := c.Dynamic.Resource(dep.gvr).Namespace(opts.Namespace)
-			added := false
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				obj, err := ri.Get(ctx, dep.name, metav1.GetOptions{})
-				if err != nil {
-					return err
+			refs := obj.GetOwnerReferences()
+			present := false
+			for _, ref := range refs {
+				if ref.UID == owner.UID {
+					present = true
+				} else {
+					others++
 				}
-				refs := obj.GetOwnerReferences()
-				for _, r := range refs {
-					if r.UID == owner.UID {
-						return nil
-					}
-				}
-				obj.SetOwnerReferences(append(refs, owner))
-				if _, err := ri.Update(ctx, obj, metav1.UpdateOptions{DryRun: dryRun}); err != nil {
-					return err
-				}
-				added = true
+			}
+			if present {
 				return nil
-			})
-			switch {
-			case apierrors.IsNotFound(err):
-				log.Warn("self-cleanup: RBAC object not found, skipping", "object", object)
-				record(object, Skipped, "not found")
-			case err != nil:
-				// Not fatal either: the object outlives us, but the self
-				// object can still go.
-				log.Error("self-cleanup: cannot set ownerReference", "object", object, "err", err)
-				sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
-			case added && opts.DryRun:
-				log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", selfName)
-			case added:
-				log.Info("self-cleanup: ownerReference set", "object", object, "owner", selfName)
-			default:
-				log.Info("self-cleanup: ownerReference already present", "object", object, "owner", selfName)
 			}
-		}
-	}
+			obj.SetOwnerReferences(append(refs, owner))
+			if _, err := ri.Update(ctx, obj, metav1.UpdateOptions{DryRun: r.dryRun}); err != nil {
+				return err
+			}
+			added = true
+			return nil
+		})
+	})
+	return added, others, err
+}
 
-	if opts.Finalize != nil && !opts.DryRun {
-		timeout := opts.FinalizeTimeout
-		if timeout <= 0 {
-			timeout = DefaultFinalizeTimeout
-		}
-		log.Info("waiting for FinalizeCleanup", "timeout", timeout.String())
-		timer := time.NewTimer(timeout)
-		select {
-		case <-opts.Finalize:
-			log.Info("FinalizeCleanup received")
-		case <-timer.C:
-			log.Info("FinalizeCleanup not received in time, going ahead", "timeout", timeout.String())
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		}
-		timer.Stop()
-	}
-
-	// The cluster-scoped RBAC and the self object are deleted at once: each
-	// request is authorized before any of the deletions reaches the
-	// authorizer's cache, so it does not matter whether the permission to
-	// delete the self object (or the RBAC) comes from the ClusterRole. In
-	// sequence, deleting the ClusterRoleBinding first could revoke the right
-	// to delete the Job, and deleting the Job first lets the garbage
-	// collector remove the ServiceAccount (and with it our token) before
-	// the ClusterRoleBinding is gone.
-	bg := metav1.DeletePropagationBackground
-	type del struct {
-		gvr    schema.GroupVersionResource
-		ns     string
-		name   string
-		uid    *metav1.Preconditions
-		isSelf bool
-	}
-	dels := []del{
-		{gvr: clusterRoleBindingGVR, name: opts.ClusterRoleBinding},
-		{gvr: clusterRoleGVR, name: opts.ClusterRole},
-		{gvr: t.GVR, ns: opts.Namespace, name: opts.Name, uid: &metav1.Preconditions{UID: &owner.UID}, isSelf: true},
-	}
-	var wg sync.WaitGroup
-	for _, d := range dels {
-		if d.name == "" {
+// adoptNamespaced is step 1. A failure is recorded but does not stop the
+// self-cleanup: the object outlives the workload, which can still go.
+func (r *selfRun) adoptNamespaced(ctx context.Context, selfRef metav1.OwnerReference) {
+	for _, dep := range []struct {
+		gvr  schema.GroupVersionResource
+		name string
+	}{{serviceAccountGVR, r.opts.ServiceAccount}, {roleGVR, r.opts.Role}, {roleBindingGVR, r.opts.RoleBinding}} {
+		if dep.name == "" {
 			continue
 		}
-		wg.Go(func() {
-			object := fmt.Sprintf("%s %s", d.gvr.GroupResource(), d.name)
-			if d.isSelf {
-				object = selfName
-			}
-			err := c.Dynamic.Resource(d.gvr).Namespace(d.ns).Delete(ctx, d.name, metav1.DeleteOptions{
-				PropagationPolicy: &bg, Preconditions: d.uid, DryRun: dryRun,
-			})
-			switch {
-			case err == nil && opts.DryRun:
-				record(object, WouldDelete, "")
-			case err == nil:
-				record(object, Deleted, "")
-			case apierrors.IsNotFound(err) && !d.isSelf:
-				log.Warn("self-cleanup: RBAC object not found, skipping", "object", object)
-				record(object, Skipped, "not found")
-			case d.isSelf:
-				fail(object, "delete: "+err.Error())
-			default:
-				log.Error("self-cleanup: delete failed", "object", object, "err", err)
-				sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "delete: " + err.Error(), MustDelete: true})
-			}
-		})
+		object := objectName(dep.gvr.GroupResource(), r.opts.Namespace, dep.name)
+		added, _, err := r.adopt(ctx, dep.gvr, r.opts.Namespace, dep.name, selfRef)
+		switch {
+		case apierrors.IsNotFound(err):
+			r.log.Warn("self-cleanup: RBAC object not found, skipping", "object", object)
+			r.record(object, Skipped, "not found")
+		case err != nil:
+			r.log.Error("self-cleanup: cannot set ownerReference", "object", object, "error", err)
+			r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
+		case added && r.opts.DryRun:
+			r.log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", r.selfName)
+		case added:
+			r.log.Info("self-cleanup: ownerReference set", "object", object, "owner", r.selfName)
+		default:
+			r.log.Info("self-cleanup: ownerReference already present", "object", object, "owner", r.selfName)
+		}
 	}
-	wg.Wait()
+}
+
+// prepareCluster is step 2. ok is false when it failed (recorded), and then
+// nothing may be deleted.
+func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstructured) (plan *clusterPlan, ok bool) {
+	crName := objectName(clusterRoleGVR.GroupResource(), "", r.opts.ClusterRole)
+	crbName := objectName(clusterRoleBindingGVR.GroupResource(), "", r.opts.ClusterRoleBinding)
+	plan = &clusterPlan{}
+	// A reference to the ClusterRole on the self object means an earlier
+	// attempt got as far as step 2 with the self object hanging off it.
+	var earlierRef *metav1.OwnerReference
+	otherOwners := 0
+	for _, ref := range self.GetOwnerReferences() {
+		if ref.Kind == "ClusterRole" && ref.Name == r.opts.ClusterRole {
+			earlierRef = &ref
+		} else {
+			otherOwners++
+		}
+	}
+
+	var cr *unstructured.Unstructured
+	err := retryTransient(ctx, func() (err error) {
+		cr, err = r.c.Dynamic.Resource(clusterRoleGVR).Get(ctx, r.opts.ClusterRole, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case err == nil:
+		plan.uid = cr.GetUID()
+	case (apierrors.IsNotFound(err) || apierrors.IsForbidden(err)) && (r.opts.ClusterRoleDeleted || earlierRef != nil):
+		// Its own rules granted the read: gone with it.
+		r.log.Info("self-cleanup: the ClusterRole was deleted by an earlier attempt", "object", crName, "error", err)
+		r.record(crName, Skipped, "deleted by an earlier attempt")
+		r.record(crbName, Skipped, "deleted with the ClusterRole by the garbage collector")
+		plan.gone, plan.selfOwned = true, earlierRef != nil
+		if plan.selfOwned {
+			r.collected(r.selfName, crName)
+		}
+		return plan, true
+	case apierrors.IsNotFound(err):
+		// Someone else deleted it: its binding, if still there, grants
+		// nothing any more, so deleting it cannot take away a right the
+		// next steps need.
+		r.log.Warn("self-cleanup: ClusterRole not found", "object", crName)
+		r.record(crName, Skipped, "not found")
+		plan.gone = true
+		err := retryTransient(ctx, func() error {
+			return r.c.Dynamic.Resource(clusterRoleBindingGVR).Delete(ctx, r.opts.ClusterRoleBinding, metav1.DeleteOptions{DryRun: r.dryRun})
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			r.record(crbName, Skipped, "not found")
+		case err != nil:
+			r.fail(crbName, "delete: "+err.Error())
+		case r.opts.DryRun:
+			r.record(crbName, WouldDelete, "")
+		default:
+			r.record(crbName, Deleted, "")
+		}
+		return plan, true
+	default:
+		r.fail(crName, "get: "+err.Error())
+		return nil, false
+	}
+
+	crRef := metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: r.opts.ClusterRole, UID: plan.uid}
+	_, others, err := r.adopt(ctx, clusterRoleBindingGVR, "", r.opts.ClusterRoleBinding, crRef)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.log.Warn("self-cleanup: ClusterRoleBinding not found, skipping", "object", crbName)
+		r.record(crbName, Skipped, "not found")
+	case err != nil:
+		r.fail(crbName, "set ownerReference to the ClusterRole (the workload needs get and update on its ClusterRoleBinding): "+err.Error())
+		return nil, false
+	default:
+		plan.bindingOwned = true
+		if others > 0 {
+			r.log.Warn("self-cleanup: the ClusterRoleBinding has other owners; the garbage collector deletes it only once they are gone too", "object", crbName)
+		}
+	}
+
+	// The self object can hang off the ClusterRole only if nothing else
+	// owns it (the garbage collector would wait for that owner too) and the
+	// workload may update it. Asked first rather than tried, so that a
+	// workload without the right makes no refused request.
+	switch {
+	case otherOwners > 0:
+		r.log.Info("self-cleanup: the self object has other owners; deleting it after the ClusterRole", "object", r.selfName)
+		return plan, true
+	case earlierRef != nil && earlierRef.UID == plan.uid:
+		plan.selfOwned = true
+		return plan, true
+	}
+	allowed, err := r.mayUpdateSelf(ctx)
+	if err != nil {
+		r.log.Warn("self-cleanup: cannot ask whether the workload may update itself; deleting it after the ClusterRole", "object", r.selfName, "error", err)
+		return plan, true
+	}
+	if !allowed {
+		r.log.Info("self-cleanup: the workload may not update itself; deleting it after the ClusterRole, with a right that must not come from the ClusterRole",
+			"object", r.selfName)
+		return plan, true
+	}
+	if _, _, err := r.adopt(ctx, r.selfGVR, r.opts.Namespace, r.opts.Name, crRef); err != nil {
+		r.fail(r.selfName, "set ownerReference to the ClusterRole: "+err.Error())
+		return nil, false
+	}
+	plan.selfOwned = true
+	return plan, true
+}
+
+// mayUpdateSelf asks the API server whether the workload may update its self
+// object.
+func (r *selfRun) mayUpdateSelf(ctx context.Context) (bool, error) {
+	review := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+		"spec": map[string]any{"resourceAttributes": map[string]any{
+			"namespace": r.opts.Namespace, "verb": "update", "group": r.selfGVR.Group,
+			"version": r.selfGVR.Version, "resource": r.selfGVR.Resource, "name": r.opts.Name,
+		}},
+	}}
+	var res *unstructured.Unstructured
+	err := retryTransient(ctx, func() (err error) {
+		res, err = r.c.Dynamic.Resource(accessReviewGVR).Create(ctx, review, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("self subject access review: %w", err)
+	}
+	allowed, _, _ := unstructured.NestedBool(res.Object, "status", "allowed")
+	return allowed, nil
+}
+
+// waitFinalize is step 3.
+func (r *selfRun) waitFinalize(ctx context.Context) error {
+	if r.opts.Finalize == nil || r.opts.DryRun {
+		return nil
+	}
+	timeout := r.opts.FinalizeTimeout
+	if timeout <= 0 {
+		timeout = DefaultFinalizeTimeout
+	}
+	r.log.Info("waiting for FinalizeCleanup", "timeout", timeout.String())
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-r.opts.Finalize:
+		r.log.Info("FinalizeCleanup received")
+	case <-timer.C:
+		r.log.Info("FinalizeCleanup not received in time, going ahead", "timeout", timeout.String())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return nil
+}
+
+// deleteClusterRole is step 4: over is true when the self object goes with
+// the ClusterRole (nothing left to request), ok false when it failed.
+func (r *selfRun) deleteClusterRole(ctx context.Context, plan *clusterPlan) (over, ok bool) {
+	if plan.gone {
+		return plan.selfOwned, true
+	}
+	crName := objectName(clusterRoleGVR.GroupResource(), "", r.opts.ClusterRole)
+	if r.opts.BeforeClusterRoleDelete != nil && !r.opts.DryRun {
+		if err := r.opts.BeforeClusterRoleDelete(ctx); err != nil {
+			r.fail(crName, "record the deletion: "+err.Error())
+			return false, false
+		}
+	}
+	bg := metav1.DeletePropagationBackground
+	retried := false
+	err := retryTransient(ctx, func() error {
+		err := r.c.Dynamic.Resource(clusterRoleGVR).Delete(ctx, r.opts.ClusterRole, metav1.DeleteOptions{
+			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &plan.uid}, DryRun: r.dryRun,
+		})
+		retried = retried || transient(err)
+		return err
+	})
+	switch {
+	case err == nil && r.opts.DryRun:
+		r.record(crName, WouldDelete, "")
+	case err == nil:
+		r.record(crName, Deleted, "")
+	case apierrors.IsNotFound(err):
+		r.record(crName, Skipped, "already gone")
+	case apierrors.IsForbidden(err) && retried:
+		// A try that met a connection failure went through: the
+		// ClusterRole's own rules, which allowed the delete, are gone.
+		r.record(crName, Deleted, "an interrupted request went through")
+	default:
+		r.fail(crName, "delete: "+err.Error())
+		return false, false
+	}
+	crbName := objectName(clusterRoleBindingGVR.GroupResource(), "", r.opts.ClusterRoleBinding)
+	if plan.bindingOwned {
+		r.collected(crbName, crName)
+	}
+	if plan.selfOwned {
+		r.collected(r.selfName, crName)
+	}
+	return plan.selfOwned, true
+}
+
+// deleteSelf is step 5, the last request.
+func (r *selfRun) deleteSelf(ctx context.Context, uid types.UID) {
+	bg := metav1.DeletePropagationBackground
+	retried := false
+	err := retryTransient(ctx, func() error {
+		err := r.c.Dynamic.Resource(r.selfGVR).Namespace(r.opts.Namespace).Delete(ctx, r.opts.Name, metav1.DeleteOptions{
+			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}, DryRun: r.dryRun,
+		})
+		retried = retried || transient(err)
+		return err
+	})
+	switch {
+	case err == nil && r.opts.DryRun:
+		r.record(r.selfName, WouldDelete, "")
+	case err == nil:
+		r.record(r.selfName, Deleted, "")
+	case apierrors.IsNotFound(err) && retried:
+		r.record(r.selfName, Deleted, "an interrupted request went through")
+	default:
+		r.fail(r.selfName, "delete: "+err.Error())
+	}
 }
 
 func checkSelfScope(t Target, namespace string) error {

@@ -11,7 +11,10 @@ type Outcome string
 
 // Outcomes recorded in a Summary.
 const (
-	Deleted     Outcome = "deleted"
+	Deleted Outcome = "deleted"
+	// Collected is an object owned by one the run deleted: the garbage
+	// collector deletes it after the run, which does not wait for that.
+	Collected   Outcome = "collected"
 	WouldDelete Outcome = "would-delete"
 	Skipped     Outcome = "skipped"
 	Failed      Outcome = "failed"
@@ -93,8 +96,8 @@ func (s *Summary) WriteText(w io.Writer) error {
 	for _, r := range recs {
 		counts[r.Outcome]++
 	}
-	if _, err := fmt.Fprintf(w, "cleanup summary: deleted=%d would-delete=%d skipped=%d failed=%d\n",
-		counts[Deleted], counts[WouldDelete], counts[Skipped], counts[Failed]); err != nil {
+	if _, err := fmt.Fprintf(w, "cleanup summary: deleted=%d collected=%d would-delete=%d skipped=%d failed=%d\n",
+		counts[Deleted], counts[Collected], counts[WouldDelete], counts[Skipped], counts[Failed]); err != nil {
 		return err
 	}
 	for _, r := range recs {

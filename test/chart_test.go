@@ -322,7 +322,8 @@ func TestChartRender(t *testing.T) {
 			t.Errorf("uninstall Job hook = %q", job.GetAnnotations()["helm.sh/hook"])
 		}
 		jobArgs := fmt.Sprint(job.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["args"])
-		for _, want := range []string{"uninstall", "--namespace=" + chartNamespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m"} {
+		for _, want := range []string{"uninstall", "--namespace=" + chartNamespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m",
+			"--sa-name=" + name, "--role-name=" + name, "--role-binding-name=" + name, "--cluster-role-name=" + name, "--cluster-role-binding-name=" + name} {
 			if !strings.Contains(jobArgs, want) {
 				t.Errorf("uninstall Job args %s lack %s", jobArgs, want)
 			}
@@ -332,7 +333,8 @@ func TestChartRender(t *testing.T) {
 		if !strings.Contains(data["file-config.json"], "/host/opt/cni/bin/multus") || !strings.Contains(data["resource-config.json"], "network-attachment-definitions.k8s.cni.cncf.io") {
 			t.Errorf("uninstall ConfigMap data = %v", data)
 		}
-		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall"} {
+		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall",
+			"ClusterRole/" + name + "-uninstall", "ClusterRoleBinding/" + name + "-uninstall"} {
 			if !slices.Contains(kinds(objs), o) {
 				t.Errorf("no %s in %v", o, kinds(objs))
 			}
@@ -457,6 +459,15 @@ func TestChartApply(t *testing.T) {
 		{daemonSA, "update", "configmaps", chartNamespace, false},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
+		// The binding goes with the ClusterRole (garbage collector): the
+		// daemon sets the ownerReference, it does not delete the binding.
+		{daemonSA, "update", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", true},
+		{daemonSA, "delete", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", false},
+		{daemonSA, "update", "clusterrolebindings.rbac.authorization.k8s.io/cluster-admin", "", false},
+		// The DaemonSet cannot hang off the ClusterRole too: updating
+		// itself would let the daemon run pods as any ServiceAccount of
+		// the namespace. It deletes itself, with the Role's right.
+		{daemonSA, "update", "daemonsets.apps/sweep-all", chartNamespace, false},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io", "", true},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com", "", false},
 		{daemonSA, "delete", "network-attachment-definitions.k8s.cni.cncf.io", "team-a", true},
@@ -467,6 +478,13 @@ func TestChartApply(t *testing.T) {
 		{hookSA, "update", "configmaps/other", chartNamespace, false},
 		{hookSA, "watch", "leases.coordination.k8s.io", chartNamespace, true},
 		{hookSA, "delete", "daemonsets.apps/sweep-all", chartNamespace, false},
+		// To check that the daemons' RBAC is gone.
+		{hookSA, "get", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", true},
+		{hookSA, "get", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
+		{hookSA, "get", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
+		{hookSA, "get", "roles.rbac.authorization.k8s.io/sweep-all", chartNamespace, true},
+		{hookSA, "get", "serviceaccounts/sweep-all", chartNamespace, true},
+		{hookSA, "get", "serviceaccounts/default", chartNamespace, false},
 	} {
 		// resource is plural[.group][/name], as kubectl auth can-i takes it.
 		res, name, _ := strings.Cut(c.resource, "/")

@@ -17,10 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/eagerproxy"
 	"github.com/sweep-k8s/sweep/internal/testbin"
 )
 
@@ -75,7 +77,16 @@ func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 // uninstall authenticated as the hook's ServiceAccount, copying the cleanup
 // ConfigMap into the daemon's directory as the kubelet would mount it. The
 // API server's audit log must show no request of either refused.
-func TestChartUninstallFlow(t *testing.T) {
+func TestChartUninstallFlow(t *testing.T) { chartUninstallFlow(t, false) }
+
+// TestChartUninstallFlowEager is TestChartUninstallFlow with the daemon's
+// requests through package eagerproxy: each of its deletions takes its whole
+// effect (garbage collector, authorizer) before its next request, so a
+// self-cleanup whose next request needs a right that an earlier deletion
+// took away is refused every time, not now and then (issue 20).
+func TestChartUninstallFlowEager(t *testing.T) { chartUninstallFlow(t, true) }
+
+func chartUninstallFlow(t *testing.T, eager bool) {
 	cp := controlplane.Start(t, controlplane.WithControllerManager())
 	cs := cp.Clientset(t)
 	ctx := t.Context()
@@ -156,7 +167,28 @@ metadata: {name: bystander, namespace: kube-system}
 	args = append(args, "--allowed-root="+filepath.Join(root, "host"), "--node-name=node-a")
 	t.Setenv("POD_NAME", "sweep-e2e-abcde")
 	t.Setenv("POD_NAMESPACE", chartNamespace)
-	d := startDaemon(t, serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e"), args...)
+	daemonKC := serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e")
+	var proxy *eagerproxy.Proxy
+	if eager {
+		obj := func(gvr schema.GroupVersionResource, ns, name string) eagerproxy.Object {
+			return eagerproxy.Object{GVR: gvr, Namespace: ns, Name: name}
+		}
+		proxy = eagerproxy.Start(t, eagerproxy.Options{
+			Upstream:       cp.Config,
+			ServiceAccount: obj(gvrSA, chartNamespace, "sweep-e2e"),
+			Tracked:        []eagerproxy.Object{obj(gvrDS, chartNamespace, "sweep-e2e")},
+			Grants: []eagerproxy.Grant{
+				{Role: obj(gvrR, chartNamespace, "sweep-e2e"), Binding: obj(gvrRB, chartNamespace, "sweep-e2e")},
+				{Role: obj(gvrCR, "", "sweep-e2e"), Binding: obj(gvrCRB, "", "sweep-e2e")},
+				{Role: obj(gvrCR, "", "sweep-e2e-resources"), Binding: obj(gvrCRB, "", "sweep-e2e-resources")},
+			},
+		})
+		daemonKC = filepath.Join(t.TempDir(), "eager.kubeconfig")
+		if err := controlplane.WriteKubeconfig(daemonKC, proxy.Config(saToken(t, cs, chartNamespace, "sweep-e2e", nil))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDaemon(t, daemonKC, args...)
 	eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 
 	// The hook, with the Job's args and the hook ConfigMap as its source.
@@ -182,10 +214,12 @@ metadata: {name: bystander, namespace: kube-system}
 	if err := hook.Start(); err != nil {
 		t.Fatal(err)
 	}
-	hookDone := make(chan error, 1)
-	go func() { hookDone <- hook.Wait() }()
+	var hookErr error
+	hookDone := make(chan struct{})
+	go func() { hookErr = hook.Wait(); close(hookDone) }()
 	t.Cleanup(func() {
 		_ = hook.Process.Kill()
+		<-hookDone // the output is complete only once Wait returned
 		if t.Failed() {
 			t.Logf("sweepd uninstall output:\n%s", hookOut.String())
 		}
@@ -212,9 +246,9 @@ metadata: {name: bystander, namespace: kube-system}
 	})
 
 	select {
-	case err := <-hookDone:
-		if err != nil {
-			t.Fatalf("sweepd uninstall: %v", err)
+	case <-hookDone:
+		if hookErr != nil {
+			t.Fatalf("sweepd uninstall: %v", hookErr)
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("sweepd uninstall still waiting after 2 min")
@@ -306,5 +340,17 @@ metadata: {name: bystander, namespace: kube-system}
 	t.Logf("requests made:\n%s", strings.Join(slices.Sorted(maps.Keys(used)), "\n"))
 	if len(requests) != 2 {
 		t.Errorf("requests by identity %v: want the daemon's and the hook's", requests)
+	}
+	if proxy != nil {
+		for _, err := range proxy.Errors() {
+			t.Errorf("eagerproxy: %v", err)
+		}
+		n := 0
+		for _, r := range proxy.Requests() {
+			if r.Method == "DELETE" {
+				n++
+			}
+		}
+		t.Logf("%d requests of the daemon through the eager proxy, %d deletes", len(proxy.Requests()), n)
 	}
 }

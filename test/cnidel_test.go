@@ -185,6 +185,18 @@ func TestCNIDelEndToEnd(t *testing.T) {
 			ip(t, "netns", "del", p.netns)
 		}
 	}
+	// The kernel tears a deleted namespace's devices down asynchronously
+	// (a work queue, slower under load): wait until the reboot pods' host
+	// veths went with their namespaces, as after a reboot, before any
+	// check relies on it.
+	for _, p := range pods {
+		if !strings.HasPrefix(p.name, "reboot-") {
+			continue
+		}
+		for _, v := range p.veths {
+			eventually(t, 30*time.Second, "host veth "+v+" of "+p.name+" gone with its namespace", func() bool { return !linkExists(t, v) })
+		}
+	}
 	const stale = 5 * 2 // deleted pods times networks
 
 	type summary struct {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,12 +73,14 @@ func daemonRules(name string) []rbacv1.PolicyRule {
 
 // uninstallRules are the uninstall hook's namespaced rights, as the README
 // lists them.
-func uninstallRules() []rbacv1.PolicyRule {
+func uninstallRules(name string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get"}, ResourceNames: []string{name}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get"}, ResourceNames: []string{name}},
 	}
 }
 
@@ -136,16 +139,30 @@ func installRelease(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 	}
 	noErr(t)(cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: daemonRules(name)}, metav1.CreateOptions{}))
 	bind(name, name)
-	noErr(t)(cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name + "-uninstall"}, Rules: uninstallRules()}, metav1.CreateOptions{}))
+	noErr(t)(cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name + "-uninstall"}, Rules: uninstallRules(name)}, metav1.CreateOptions{}))
 	bind(name+"-uninstall", name+"-uninstall")
+	// The hook checks that the daemons' cluster-wide RBAC is gone too.
+	noErr(t)(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-uninstall"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get"}, ResourceNames: []string{name}},
+		},
+	}, metav1.CreateOptions{}))
+	noErr(t)(cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-uninstall"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name + "-uninstall"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name + "-uninstall", Namespace: ns}},
+	}, metav1.CreateOptions{}))
 	// The ClusterRole: the prune's pod informer, the self-cleanup's own
-	// cluster-scoped RBAC, and the rights for the resource config's
-	// entries (in the same ClusterRole, so the self-cleanup removes them).
+	// cluster-scoped RBAC (the binding made owned by the ClusterRole, whose
+	// delete takes both), and the rights for the resource config's entries
+	// (in the same ClusterRole, so the self-cleanup removes them).
 	noErr(t)(cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"delete"}, ResourceNames: []string{name}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"get", "delete"}, ResourceNames: []string{name}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "delete"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"get", "list", "watch", "delete"}, ResourceNames: []string{r.leftoverRole}},
 		},
@@ -294,7 +311,9 @@ func (r *release) runUninstall(t *testing.T, timeout string) (*exec.Cmd, *string
 	noErr(t)(nil, os.WriteFile(filepath.Join(src, cleanup.FileConfigName), []byte(r.fileConfig()), 0o644))
 	noErr(t)(nil, os.WriteFile(filepath.Join(src, cleanup.ResourceConfigName), []byte(r.resourceConfig()), 0o644))
 	cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), "uninstall", "--kubeconfig="+r.uninstallKC, "--namespace="+r.ns,
-		"--configmap="+r.cleanupCMName, "--daemonset="+r.name, "--source-dir="+src, "--timeout="+timeout)
+		"--configmap="+r.cleanupCMName, "--daemonset="+r.name, "--source-dir="+src, "--timeout="+timeout,
+		"--sa-name="+r.name, "--role-name="+r.name, "--role-binding-name="+r.name,
+		"--cluster-role-name="+r.name, "--cluster-role-binding-name="+r.name)
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -520,12 +539,19 @@ func TestUninstallAcrossNodes(t *testing.T) {
 				lastResource = dels[0].Received
 			}
 		}
+		// The self-cleanup: the ClusterRole (the garbage collector takes
+		// its binding), then the DaemonSet, the last request.
+		cr := sweepdDeletes(evs, "clusterroles", r.name)
 		ds := sweepdDeletes(evs, "daemonsets", r.name)
-		if len(ds) != 1 {
-			t.Fatalf("DaemonSet deleted %d times, want 1", len(ds))
+		if len(cr) != 1 || len(ds) != 1 {
+			t.Fatalf("ClusterRole deleted %d times, DaemonSet %d times, want 1 each", len(cr), len(ds))
 		}
-		if ds[0].Received.Before(lastResource) {
-			t.Errorf("DaemonSet deleted at %s, before the last resource at %s", ds[0].Received, lastResource)
+		if cr[0].Received.Before(lastResource) || ds[0].Received.Before(cr[0].Received) {
+			t.Errorf("ClusterRole deleted at %s, DaemonSet at %s: want both in this order after the last resource at %s",
+				cr[0].Received, ds[0].Received, lastResource)
+		}
+		if n := len(sweepdDeletes(evs, "clusterrolebindings", r.name)); n != 0 {
+			t.Errorf("ClusterRoleBinding deleted %d times by sweepd, want 0 (the garbage collector's)", n)
 		}
 	})
 
@@ -583,7 +609,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		var removed, deleted float64
+		var removed float64
 		for _, n := range uninstallNodes {
 			d := r.nodes[n].proc
 			if got := d.metric(t, "sweep_cleanup_runs_total"); got != 1 {
@@ -593,16 +619,25 @@ func TestUninstallAcrossNodes(t *testing.T) {
 				t.Errorf("%s: sweep_cleanup_failures_total = %v, want 0", n, got)
 			}
 			removed += d.metric(t, "sweep_cleanup_removed_files_total")
-			deleted += d.metric(t, "sweep_cleanup_deleted_objects_total")
 		}
 		// Each node: 3 files and var/lib/sweep-test/* matches the marker;
 		// node-b also what was left of its 20000 files after the kill.
 		if removed < 3*3+float64(len(entries)) {
 			t.Errorf("removed files = %v, want at least %d", removed, 9+len(entries))
 		}
-		// Three resources; the DaemonSet, ClusterRole and ClusterRoleBinding.
-		if deleted != 6 {
-			t.Errorf("deleted objects = %v, want 6", deleted)
+		// Three resources; the ClusterRole and the DaemonSet. The garbage
+		// collector deletes the ClusterRoleBinding with the ClusterRole.
+		// The leader counts its last delete after the request returned,
+		// which the hook may have seen take effect first.
+		deleted := func() (n float64) {
+			for _, node := range uninstallNodes {
+				n += r.nodes[node].proc.metric(t, "sweep_cleanup_deleted_objects_total")
+			}
+			return n
+		}
+		eventually(t, 10*time.Second, "5 deleted objects counted", func() bool { return deleted() >= 5 })
+		if n := deleted(); n != 5 {
+			t.Errorf("deleted objects = %v, want 5", n)
 		}
 	})
 }
@@ -701,4 +736,82 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 			t.Errorf("DaemonSet: %v, want gone", err)
 		}
 	})
+}
+
+// TestUninstallLeaderCannotFinish checks that sweepd uninstall fails, naming
+// what is left, when the uninstall did not remove all it promised: the
+// leader may not delete its DaemonSet (it says so in the status Lease), or
+// the DaemonSet is gone but the garbage collector cannot remove the
+// ClusterRoleBinding.
+func TestUninstallLeaderCannotFinish(t *testing.T) {
+	cp := controlplane.Start(t, controlplane.WithControllerManager())
+	cs := cp.Clientset(t)
+	createNodes(t, cs)
+	tests := []struct {
+		name     string
+		sabotage func(t *testing.T, r *release)
+		want     func(r *release) []string
+	}{
+		{
+			name: "the Role lacks delete on the DaemonSet",
+			sabotage: func(t *testing.T, r *release) {
+				role, err := cs.RbacV1().Roles(r.ns).Get(t.Context(), r.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				role.Rules = slices.DeleteFunc(role.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Verbs, "delete") })
+				noErr(t)(cs.RbacV1().Roles(r.ns).Update(t.Context(), role, metav1.UpdateOptions{}))
+			},
+			want: func(r *release) []string {
+				return []string{
+					"did not finish in time", `phase \"self\"`, "self-cleanup failed", "forbidden",
+					"left: daemonsets.apps " + r.ns + "/" + r.name, "serviceaccounts " + r.ns + "/" + r.name,
+					"roles.rbac.authorization.k8s.io " + r.ns + "/" + r.name,
+				}
+			},
+		},
+		{
+			name: "a finalizer holds the ClusterRoleBinding",
+			sabotage: func(t *testing.T, r *release) {
+				crb, err := cs.RbacV1().ClusterRoleBindings().Get(t.Context(), r.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				crb.Finalizers = append(crb.Finalizers, "sweep.test/hold")
+				noErr(t)(cs.RbacV1().ClusterRoleBindings().Update(t.Context(), crb, metav1.UpdateOptions{}))
+			},
+			want: func(r *release) []string {
+				return []string{"did not finish in time", "the DaemonSet is gone", "left: clusterrolebindings.rbac.authorization.k8s.io " + r.name}
+			},
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := installRelease(t, cp, cs, fmt.Sprintf("sweep-broken-%d", i), fmt.Sprintf("sweep-broken-%d", i))
+			tt.sabotage(t, r)
+			for _, n := range uninstallNodes {
+				r.startNode(t, r.nodes[n])
+			}
+			_, out, code := r.runUninstall(t, "40s")
+			data := r.cleanupData(t, cs)
+			for _, n := range uninstallNodes {
+				project(t, data, r.nodes[n].configDir)
+			}
+			select {
+			case c := <-code:
+				t.Logf("sweepd uninstall exited %d:\n%s", c, out)
+				if c != 1 {
+					t.Fatalf("exit %d, want 1", c)
+				}
+			case <-time.After(90 * time.Second):
+				t.Fatalf("sweepd uninstall still running:\n%s", out)
+			}
+			for _, w := range tt.want(r) {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q", w)
+				}
+			}
+		})
+	}
 }

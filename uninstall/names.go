@@ -30,6 +30,10 @@ const (
 	AnnotationMissingNodes = "sweep.dev/cleanup-missing-nodes"
 	// AnnotationMessage is a human-readable account of the status.
 	AnnotationMessage = "sweep.dev/cleanup-message"
+	// AnnotationClusterRoleDeleted holds the content whose self-cleanup
+	// was about to delete the ClusterRole: a later attempt, which can no
+	// longer read it (its own rules granted that), knows it is gone.
+	AnnotationClusterRoleDeleted = "sweep.dev/cleanup-cluster-role-deleted"
 
 	roleNode   = "node"
 	roleLeader = "leader"

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
@@ -27,6 +30,12 @@ const LabelRequest = "sweep.dev/cleanup-request"
 type RequestOptions struct {
 	// Namespace holds the DaemonSet and the ConfigMap.
 	Namespace, ConfigMap, DaemonSet string
+	// ServiceAccount, Role and RoleBinding (in Namespace), ClusterRole and
+	// ClusterRoleBinding name the daemons' RBAC, which their self-cleanup
+	// removes with the DaemonSet: Request succeeds only once the named
+	// ones are gone too. Empty names are not checked.
+	ServiceAccount, Role, RoleBinding string
+	ClusterRole, ClusterRoleBinding   string
 	// FileConfig and ResourceConfig become the ConfigMap's keys; nil
 	// leaves a key out.
 	FileConfig, ResourceConfig []byte
@@ -41,11 +50,14 @@ type RequestOptions struct {
 // Request asks the daemons for an uninstall cleanup and waits for it: it
 // creates or updates the cleanup ConfigMap (owned by the DaemonSet, so it
 // goes with it), then waits until the DaemonSet it saw is gone, which the
-// daemons do last, after every node is clean and the resources are deleted.
-// A DaemonSet that does not exist means there is nothing to wait for. On
-// timeout the error wraps ErrTimeout and names the nodes that had not
-// reported; configs are checked first and an error wrapping
-// cleanup.ErrConfig means nothing was done.
+// daemons do last, after every node is clean and the resources are deleted,
+// and then until what goes with the DaemonSet is gone too: the RBAC named
+// in o, the cleanup ConfigMap and the coordination Leases. A DaemonSet that
+// does not exist means there is nothing to wait for. On timeout the error
+// wraps ErrTimeout and names the phase, the leader's last message, the
+// nodes that had not reported and the objects that are left; configs are
+// checked first and an error wrapping cleanup.ErrConfig means nothing was
+// done.
 func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error {
 	log := o.Log
 	if log == nil {
@@ -82,39 +94,51 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	}
 	log.Info("cleanup requested", "configmap", o.Namespace+"/"+o.ConfigMap, "content", h[:12], "daemonset", ds.Name)
 
-	lastPhase, lastReported := "", -1
+	var (
+		st           statusView
+		lastReported = -1
+		dsGone       bool
+		lastLeft     []string
+	)
 	tick := time.NewTicker(o.PollInterval)
 	defer tick.Stop()
 	for {
-		cur, err := dsClient.Get(ctx, o.DaemonSet, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && cur.GetUID() != ds.UID) {
-			log.Info("uninstall cleanup done: the DaemonSet deleted itself")
-			return nil
-		}
-		if err == nil && cur.GetDeletionTimestamp() != nil {
-			log.Info("uninstall cleanup done: the DaemonSet is being deleted")
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("cannot get the DaemonSet; retrying", "err", err)
-		}
-		st, err := dc.Resource(leaseGVR).Namespace(o.Namespace).Get(ctx, StatusLeaseName(o.DaemonSet), metav1.GetOptions{})
-		if err == nil {
-			if a := st.GetAnnotations(); a[AnnotationContent] == h && a[AnnotationPhase] != lastPhase {
-				lastPhase = a[AnnotationPhase]
-				log.Info("cluster phase", "phase", lastPhase, "missingNodes", a[AnnotationMissingNodes], "message", a[AnnotationMessage])
+		if !dsGone {
+			cur, err := dsClient.Get(ctx, o.DaemonSet, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err) || (err == nil && (cur.GetUID() != ds.UID || cur.GetDeletionTimestamp() != nil)):
+				dsGone = true
+				log.Info("the DaemonSet deleted itself; waiting until its RBAC and coordination objects are gone")
+			case err != nil && ctx.Err() == nil:
+				log.Warn("cannot get the DaemonSet; retrying", "error", err)
 			}
 		}
-		if lastPhase == "" || lastPhase == PhaseBarrier {
-			if b, err := Barrier(ctx, dc, ds, h); err == nil && len(b.Reported) != lastReported {
-				lastReported = len(b.Reported)
-				log.Info("nodes done", "reported", len(b.Reported), "expected", len(b.Expected), "missing", b.Missing)
+		if dsGone {
+			left := leftovers(ctx, dc, o, ds, false)
+			if len(left) == 0 {
+				log.Info("uninstall cleanup done: the DaemonSet and what goes with it are gone")
+				return nil
+			}
+			if !slices.Equal(left, lastLeft) && ctx.Err() == nil {
+				log.Info("waiting for the garbage collector", "left", left)
+				lastLeft = left
+			}
+		} else {
+			if next, err := readStatus(ctx, dc, o, h); err == nil && next != st {
+				st = next
+				log.Info("cluster phase", "phase", st.phase, "missingNodes", st.missing, "message", st.message)
+			}
+			if st.phase == "" || st.phase == PhaseBarrier {
+				if b, err := Barrier(ctx, dc, ds, h); err == nil && len(b.Reported) != lastReported {
+					lastReported = len(b.Reported)
+					log.Info("nodes done", "reported", len(b.Reported), "expected", len(b.Expected), "missing", b.Missing)
+				}
 			}
 		}
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return timeoutError(context.WithoutCancel(ctx), dc, ds, h, lastPhase)
+				return timeoutError(context.WithoutCancel(ctx), dc, o, ds, h, st, dsGone)
 			}
 			return ctx.Err()
 		case <-tick.C:
@@ -122,17 +146,108 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	}
 }
 
-func timeoutError(ctx context.Context, dc dynamic.Interface, ds *daemonSet, h, phase string) error {
+// statusView is what the hook reads of the status Lease.
+type statusView struct {
+	phase, missing, message string
+}
+
+func readStatus(ctx context.Context, dc dynamic.Interface, o RequestOptions, h string) (statusView, error) {
+	l, err := dc.Resource(leaseGVR).Namespace(o.Namespace).Get(ctx, StatusLeaseName(o.DaemonSet), metav1.GetOptions{})
+	if err != nil {
+		return statusView{}, err
+	}
+	a := l.GetAnnotations()
+	if a[AnnotationContent] != h {
+		return statusView{}, nil
+	}
+	return statusView{phase: a[AnnotationPhase], missing: a[AnnotationMissingNodes], message: a[AnnotationMessage]}, nil
+}
+
+// leftovers lists what of the uninstall's promise is still there: the
+// DaemonSet (with withDaemonSet), the RBAC named in o, and the cleanup
+// ConfigMap and coordination Leases that the DaemonSet owns. An object that
+// cannot be checked counts as left, with the reason.
+func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *daemonSet, withDaemonSet bool) []string {
+	var left []string
+	check := func(gvr schema.GroupVersionResource, ns, name string, ours func(*unstructured.Unstructured) bool) {
+		if name == "" {
+			return
+		}
+		object := objectName(gvr, ns, name)
+		u, err := dc.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			left = append(left, object+" (cannot check: "+err.Error()+")")
+		case ours == nil || ours(u):
+			left = append(left, object)
+		}
+	}
+	owned := func(u *unstructured.Unstructured) bool {
+		for _, r := range u.GetOwnerReferences() {
+			if r.UID == ds.UID {
+				return true
+			}
+		}
+		return false
+	}
+	if withDaemonSet {
+		check(DaemonSetGVR, o.Namespace, o.DaemonSet, func(u *unstructured.Unstructured) bool { return u.GetUID() == ds.UID })
+	}
+	check(serviceAccountGVR, o.Namespace, o.ServiceAccount, nil)
+	check(roleGVR, o.Namespace, o.Role, nil)
+	check(roleBindingGVR, o.Namespace, o.RoleBinding, nil)
+	check(clusterRoleGVR, "", o.ClusterRole, nil)
+	check(clusterRoleBindingGVR, "", o.ClusterRoleBinding, nil)
+	check(configMapGVR, o.Namespace, o.ConfigMap, owned)
+	leases, err := dc.Resource(leaseGVR).Namespace(o.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name)}).String(),
+	})
+	if err != nil {
+		return append(left, "coordination Leases (cannot check: "+err.Error()+")")
+	}
+	for i := range leases.Items {
+		if owned(&leases.Items[i]) {
+			left = append(left, objectName(leaseGVR, o.Namespace, leases.Items[i].GetName()))
+		}
+	}
+	return left
+}
+
+func objectName(gvr schema.GroupVersionResource, ns, name string) string {
+	if ns == "" {
+		return gvr.GroupResource().String() + " " + name
+	}
+	return gvr.GroupResource().String() + " " + ns + "/" + name
+}
+
+func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *daemonSet, h string, st statusView, dsGone bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	b, err := Barrier(ctx, dc, ds, h)
-	if err != nil {
-		return fmt.Errorf("%w (phase %q; barrier unknown: %w)", ErrTimeout, phase, err)
+	var msg strings.Builder
+	if dsGone {
+		msg.WriteString("the DaemonSet is gone")
+	} else {
+		phase := st.phase
+		if phase == "" {
+			phase = PhaseBarrier
+		}
+		fmt.Fprintf(&msg, "phase %q", phase)
+		if st.message != "" {
+			fmt.Fprintf(&msg, " (%s)", st.message)
+		}
+		if phase == PhaseBarrier {
+			if b, err := Barrier(ctx, dc, ds, h); err != nil {
+				fmt.Fprintf(&msg, ", barrier unknown: %v", err)
+			} else {
+				fmt.Fprintf(&msg, ", %d of %d nodes done, missing: %v", len(b.Reported), len(b.Expected), b.Missing)
+			}
+		}
 	}
-	if phase == "" {
-		phase = PhaseBarrier
+	if left := leftovers(ctx, dc, o, ds, !dsGone); len(left) > 0 {
+		fmt.Fprintf(&msg, "; left: %s", strings.Join(left, ", "))
 	}
-	return fmt.Errorf("%w: phase %q, %d of %d nodes done, missing: %v", ErrTimeout, phase, len(b.Reported), len(b.Expected), b.Missing)
+	return fmt.Errorf("%w: %s", ErrTimeout, msg.String())
 }
 
 // Barrier evaluates the barrier of content h for the DaemonSet with plain

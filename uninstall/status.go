@@ -23,6 +23,8 @@ type status struct {
 	ds      *daemonSet
 	content string
 	missing string
+	// clusterRoleDeleted: an attempt was deleting the ClusterRole.
+	clusterRoleDeleted bool
 }
 
 // load returns the recorded phase of the content ("" if none).
@@ -39,18 +41,37 @@ func (s *status) load(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	s.missing = a[AnnotationMissingNodes]
+	s.clusterRoleDeleted = a[AnnotationClusterRoleDeleted] == s.content
 	return a[AnnotationPhase], nil
 }
 
 // set records phase (and the nodes the barrier gave up on) for the content.
 func (s *status) set(ctx context.Context, phase, missing, msg string) error {
+	s.missing = missing
+	err := s.write(ctx, map[string]string{
+		AnnotationContent: s.content, AnnotationPhase: phase, AnnotationMissingNodes: missing, AnnotationMessage: msg,
+	})
+	if err != nil {
+		return fmt.Errorf("record status %s: %w", phase, err)
+	}
+	return nil
+}
+
+// markClusterRoleDeleted records that the self-cleanup of the content is
+// about to delete the ClusterRole (cleanup.SelfOptions).
+func (s *status) markClusterRoleDeleted(ctx context.Context) error {
+	if err := s.write(ctx, map[string]string{AnnotationClusterRoleDeleted: s.content}); err != nil {
+		return fmt.Errorf("record the ClusterRole's deletion: %w", err)
+	}
+	s.clusterRoleDeleted = true
+	return nil
+}
+
+// write merges ann into the status Lease's annotations.
+func (s *status) write(ctx context.Context, ann map[string]string) error {
 	name := StatusLeaseName(s.ds.Name)
 	holder := s.c.cfg.NodeName
-	ann := map[string]string{
-		AnnotationContent: s.content, AnnotationPhase: phase, AnnotationMissingNodes: missing, AnnotationMessage: msg,
-	}
-	s.missing = missing
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := s.c.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = s.c.leases().Create(ctx, newLease(s.ds, name, roleStatus, holder, ann), metav1.CreateOptions{})
@@ -71,10 +92,6 @@ func (s *status) set(ctx context.Context, phase, missing, msg string) error {
 		_, err = s.c.leases().Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("record status %s: %w", phase, err)
-	}
-	return nil
 }
 
 // informer lists and watches leases, pods or DaemonSets in the

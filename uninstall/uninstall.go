@@ -573,20 +573,40 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 		c.event(ctx, ds, "Normal", "UninstallCleanupDone", msg)
 	}
 
+	// The self-cleanup's order keeps every right it needs until its last
+	// request (see cleanup.SelfCleanup): with the chart's RBAC it deletes
+	// the ClusterRole (the garbage collector takes the ClusterRoleBinding),
+	// then the DaemonSet, with the right of the Role, which goes only after
+	// the DaemonSet. Until then the leader can also renew its Lease and
+	// record a failure.
 	sum := &cleanup.Summary{}
 	if err := cleanup.SelfCleanup(ctx, c.clients, cleanup.SelfOptions{
 		GVR: DaemonSetGVR, Name: ds.Name, Namespace: ds.Namespace,
 		ServiceAccount: c.cfg.ServiceAccount, Role: c.cfg.Role, RoleBinding: c.cfg.RoleBinding,
 		ClusterRole: c.cfg.ClusterRole, ClusterRoleBinding: c.cfg.ClusterRoleBinding,
+		BeforeClusterRoleDelete: st.markClusterRoleDeleted, ClusterRoleDeleted: st.clusterRoleDeleted,
 		Log: log,
 	}, sum); err != nil {
 		return false, err
 	}
 	c.metrics.deletedObjects.Add(float64(sum.Count(cleanup.PhaseSelf, cleanup.Deleted)))
 	if sum.MustFailed() {
-		return false, errors.New("self-cleanup failed")
+		var failed []string
+		for _, r := range sum.Records() {
+			if r.Phase == cleanup.PhaseSelf && r.Outcome == cleanup.Failed {
+				failed = append(failed, r.Object+": "+r.Reason)
+			}
+		}
+		msg := "self-cleanup failed: " + strings.Join(failed, "; ") + "; retrying"
+		// Phase self stays (a retry must not redo the resources); the
+		// message tells sweepd uninstall why the DaemonSet is still there.
+		if err := st.set(ctx, PhaseSelf, st.missing, msg); err != nil {
+			log.Warn("cannot record the self-cleanup's failure", "error", err)
+		}
+		c.event(ctx, ds, "Warning", "UninstallCleanupFailed", msg)
+		return false, errors.New(msg)
 	}
-	log.Info("DaemonSet and its RBAC deleted")
+	log.Info("DaemonSet and its RBAC deleted, or left to the garbage collector")
 	return true, nil
 }
 

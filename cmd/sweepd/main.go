@@ -47,7 +47,7 @@ func commands() map[string]command {
 		"version":   {summary: "print the version", setup: versionCommand},
 		"daemon":    {summary: "run the node daemon: prune the multus cache on a schedule, serve metrics", setup: daemonCommand},
 		"prune":     {summary: "run one prune cycle of the multus cache and exit", setup: pruneCommand},
-		"uninstall": {summary: "hand the uninstall config to the daemons and wait until every node is clean and the DaemonSet has deleted itself (Helm pre-delete hook)", setup: uninstallCommand},
+		"uninstall": {summary: "hand the uninstall config to the daemons and wait until every node is clean and the DaemonSet and its RBAC are gone (Helm pre-delete hook)", setup: uninstallCommand},
 	}
 }
 

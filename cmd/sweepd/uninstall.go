@@ -18,7 +18,8 @@ import (
 
 // uninstallCommand is Helm's pre-delete hook: it hands the uninstall config
 // to the daemons through their cleanup ConfigMap and waits until they have
-// cleaned every node and deleted their DaemonSet.
+// cleaned every node and deleted their DaemonSet, and until the RBAC named
+// by the flags is gone with it. Exit 1 names what is left.
 func uninstallCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 	kube := addKubeFlags(fs)
 	var o uninstall.RequestOptions
@@ -26,6 +27,11 @@ func uninstallCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
 	fs.StringVar(&o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
 	fs.StringVar(&o.DaemonSet, "daemonset", "", "name of the daemons' DaemonSet")
+	fs.StringVar(&o.ServiceAccount, "sa-name", "", "ServiceAccount of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Role, "role-name", "", "Role of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.RoleBinding, "role-binding-name", "", "RoleBinding of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet; success waits until it is gone too")
 	fs.StringVar(&sourceDir, "source-dir", "/etc/sweep/uninstall", "directory with file-config.json and/or resource-config.json")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long to wait for the daemons to finish")
 	return func(ctx context.Context, e *env) int {
