@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"log/slog"
 	"sort"
 	"strings"
@@ -517,13 +518,20 @@ func ParseGVR(s string) (schema.GroupVersionResource, error) {
 // retryTransient runs fn again while it fails with an error that a later
 // attempt may not get. Without it, a cleanup that meets an API server
 // restart records failures and leaves objects behind for the Job's next
-// pod to find. The retries of one request span about 20 s: long enough to
-// ride out a restart, short enough that a cleanup against a server that
-// stays away still ends and reports.
+// pod to find. The retries of one request span up to transientRetryFor:
+// long enough to ride out a restart of the API server on a loaded node
+// (a fixed 20 s was not, on two busy cores), short enough that a cleanup
+// against a server that stays away still ends and reports.
 func retryTransient(ctx context.Context, fn func() error) error {
-	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 5 * time.Second}
-	return retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && transient(err) }, fn)
+	start := time.Now()
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+	return retry.OnError(backoff, func(err error) bool {
+		return ctx.Err() == nil && transient(err) && time.Since(start) < transientRetryFor
+	}, fn)
 }
+
+// transientRetryFor bounds the retries of one request by retryTransient.
+const transientRetryFor = 2 * time.Minute
 
 // transient reports errors of the connection or of an overloaded or
 // restarting server, as opposed to answers about the request.

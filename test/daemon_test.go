@@ -115,6 +115,21 @@ func (d *daemonProc) metric(t testing.TB, series string) float64 {
 	return -1
 }
 
+// waitMetric waits until series has the value want. The daemon records a
+// run's counts when the run ends, after the files it removed are gone.
+func (d *daemonProc) waitMetric(t testing.TB, series string, want float64) {
+	t.Helper()
+	var got float64
+	deadline := time.Now().Add(30 * time.Second)
+	for got = d.metric(t, series); got != want; got = d.metric(t, series) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s = %v after 30s, want %v", series, got, want)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -264,12 +279,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 				t.Errorf("series %s missing", series)
 			}
 		}
-		if got := d.metric(t, `sweep_prune_removed_files_total{phase="results"}`); got != 6 {
-			t.Errorf("removed results = %v, want 6", got)
-		}
-		if got := d.metric(t, `sweep_multus_cache_files{dir="results"}`); got != 2 {
-			t.Errorf("cache results files = %v, want 2", got)
-		}
+		d.waitMetric(t, `sweep_prune_removed_files_total{phase="results"}`, 6)
+		d.waitMetric(t, `sweep_multus_cache_files{dir="results"}`, 2)
 		if !strings.Contains(body, "sweep_build_info{") || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") {
 			t.Error("build info, Go or process collector missing")
 		}

@@ -72,9 +72,7 @@ func TestStaticPodFiles(t *testing.T) {
 		checkFiles(t, "deleted pod", gone, false)
 		checkFiles(t, "static pod with its mirror pod", static, true)
 		checkFiles(t, "static pod without a mirror pod", orphaned, true)
-		if v := d.metric(t, `sweep_prune_kept_files{reason="static-pod"}`); v != 2 {
-			t.Errorf("sweep_prune_kept_files{reason=static-pod} = %v, want 2", v)
-		}
+		d.waitMetric(t, `sweep_prune_kept_files{reason="static-pod"}`, 2)
 	})
 }
 
