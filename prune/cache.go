@@ -79,14 +79,20 @@ var (
 	ErrConflict = errors.New("cache file names its identity ambiguously")
 )
 
-// cacheKey tells which top-level key of libcni's cniCacheV1 format k names,
-// as a bit, and whether exactly or only up to case.
+// cacheKeys are the top-level keys of libcni's cniCacheV1 format.
+var cacheKeys = [...]string{"kind", "containerId", "cniArgs", "config", "ifName",
+	"networkName", "netns", "capabilityArgs", "result"}
+
+// cacheKey tells which top-level key of the cniCacheV1 format k names, as a
+// bit, and whether exactly or only up to case. Real files name every key
+// exactly, so the folding comparisons run only for keys no writer uses.
 func cacheKey(k []byte) (bit uint16, exact bool) {
-	for i, name := range [...]string{"kind", "containerId", "cniArgs", "config", "ifName",
-		"networkName", "netns", "capabilityArgs", "result"} {
+	for i, name := range cacheKeys {
 		if string(k) == name {
 			return 1 << i, true
 		}
+	}
+	for i, name := range cacheKeys {
 		if bytes.EqualFold(k, []byte(name)) {
 			return 1 << i, false
 		}

@@ -85,6 +85,7 @@ func benchPruneVsFind(b *testing.B, sandboxes int) {
 		os.RemoveAll(a)
 		os.RemoveAll(s)
 		generate(a, s)
+		predateViews()
 		find := exec.Command("find", a, "-type", "f", "-delete")
 		// GNU time reports the peak RSS of sweepd alone. The rusage of a
 		// child of this process would not: Go starts children with
