@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 )
 
 // Defaults of ResourceOptions, spectro-cleanup's where it has one.
@@ -523,11 +521,24 @@ func ParseGVR(s string) (schema.GroupVersionResource, error) {
 // (a fixed 20 s was not, on two busy cores), short enough that a cleanup
 // against a server that stays away still ends and reports.
 func retryTransient(ctx context.Context, fn func() error) error {
-	start := time.Now()
-	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 5 * time.Second}
-	return retry.OnError(backoff, func(err error) bool {
-		return ctx.Err() == nil && transient(err) && time.Since(start) < transientRetryFor
-	}, fn)
+	// Not wait.Backoff: its Cap ends the retries (Steps = 0) once the delay
+	// reaches it, about 11 s into them, whatever Steps says.
+	deadline := time.Now().Add(transientRetryFor)
+	delay := 200 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !transient(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait.Jitter(delay, 0.2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // transientRetryFor bounds the retries of one request by retryTransient.
