@@ -250,9 +250,9 @@ func (v *podView) waitFresh(ctx context.Context, timeout time.Duration) bool {
 	}
 }
 
-// Pods implements prune.PodSource: the view itself, once fresh within
-// timeout. It is live: the executor checks its freshness before every
-// removal.
+// source returns the view as a prune.PodSource that waits up to timeout
+// for it to be fresh. It is live: the executor checks its freshness again
+// before every removal.
 func (v *podView) source(timeout time.Duration) prune.PodSource {
 	return podSourceFunc(func(ctx context.Context) (prune.PodIndex, bool, error) {
 		if !v.waitFresh(ctx, timeout) {

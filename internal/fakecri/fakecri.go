@@ -58,6 +58,11 @@ func (s *Server) Resume(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stop removes the socket. A listener that unlinked its path on Close
+	// could remove the next Resume's socket: a Serve that starts after Stop
+	// (the goroutine below, late on a loaded machine) closes its listener
+	// then.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	srv := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(srv, s)
 	s.mu.Lock()
