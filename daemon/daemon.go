@@ -443,7 +443,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 	}
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
-	attrs := SummaryAttrs(sum)
+	attrs := summaryAttrs(sum)
 	switch {
 	case errors.Is(err, prune.ErrNotSynced) && d.view != nil:
 		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
@@ -455,8 +455,8 @@ func (d *Daemon) cycle(ctx context.Context) {
 	}
 }
 
-// SummaryAttrs are the log attributes of a prune's summary.
-func SummaryAttrs(sum *prune.Summary) []any {
+// summaryAttrs are the log attributes of a prune's summary.
+func summaryAttrs(sum *prune.Summary) []any {
 	attrs := []any{
 		"removed_results", sum.Removed[prune.PhaseResults], "removed_scratch", sum.Removed[prune.PhaseScratch],
 		"scanned_results", sum.Scanned[prune.PhaseResults], "scanned_scratch", sum.Scanned[prune.PhaseScratch],
