@@ -56,6 +56,37 @@ func startCluster(t *testing.T) *cluster {
 	return &cluster{cp: cp, cs: cp.Clientset(t), dyn: dyn}
 }
 
+// grantLimited gives the limited user verbs on configmaps in ns.
+func (c *cluster) grantLimited(t *testing.T, ns string, verbs ...string) {
+	t.Helper()
+	name := "limited-" + strings.Join(verbs, "-")
+	if _, err := c.cs.RbacV1().Roles(ns).Create(t.Context(), &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: verbs}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cs.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "limited", APIGroup: "rbac.authorization.k8s.io"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// limitedDynamic is a client authenticated as the limited user.
+func (c *cluster) limitedDynamic(t *testing.T) dynamic.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(c.cp.Config)
+	cfg.BearerToken = limitedToken
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
+}
+
 func (c *cluster) namespace(t *testing.T, name string) {
 	t.Helper()
 	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
@@ -305,6 +336,177 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		}
 	})
 
+	// spectro-cleanup stops at a mustDelete entry it cannot delete: the
+	// entries after it (the operator, the CRD) must stay, or the custom
+	// resources stuck on their finalizer stay stuck for good.
+	t.Run("mustDelete failure stops the run", func(t *testing.T) {
+		c.namespace(t, "ms1")
+		c.configMap(t, "ms1", "custom-resource", nil, "example.com/forever")
+		c.configMap(t, "ms1", "operator", nil)
+		c.configMap(t, "ms1", "crd", nil)
+		dir := writeConfig(t, "", `[
+			{"version":"v1","resource":"configmaps","name":"custom-resource","namespace":"ms1","mustDelete":true},
+			{"version":"v1","resource":"configmaps","name":"operator","namespace":"ms1"},
+			{"version":"v1","resource":"configmaps","name":"crd","namespace":"ms1"}
+		]`)
+		o := c.options(dir)
+		o.DeletionTimeout = time.Second
+		sum, err := cleanup.Run(t.Context(), o)
+		logSummary(t, sum)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if !sum.MustFailed() {
+			t.Fatal("the stuck mustDelete entry did not fail the run")
+		}
+		for _, name := range []string{"operator", "crd"} {
+			if !c.exists(t, cmGVR, "ms1", name) {
+				t.Errorf("%s deleted after a failed mustDelete entry", name)
+			}
+		}
+		notStarted := 0
+		for _, r := range sum.Records() {
+			if r.Outcome == cleanup.Skipped && strings.HasPrefix(r.Reason, "not started") {
+				notStarted++
+			}
+		}
+		if notStarted != 2 {
+			t.Errorf("%d entries recorded as not started, want 2", notStarted)
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.cs.CoreV1().ConfigMaps("ms1").Patch(t.Context(), "custom-resource", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// RBAC written for spectro-cleanup may grant delete alone: the named
+	// entries must still be deleted, and the wait must still see them go.
+	t.Run("delete-only RBAC", func(t *testing.T) {
+		c.namespace(t, "do1")
+		c.configMap(t, "do1", "plain", nil)
+		c.configMap(t, "do1", "held", nil, "example.com/hold")
+		c.configMap(t, "do1", "stuck", nil, "example.com/forever")
+		c.grantLimited(t, "do1", "delete")
+		dyn := c.limitedDynamic(t)
+		clients, err := cleanup.NewClients(c.cp.Config) // discovery as admin
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := func(names ...string) []cleanup.Target {
+			var es []cleanup.ResourceEntry
+			for _, n := range names {
+				es = append(es, cleanup.ResourceEntry{Version: "v1", Resource: "configmaps", Name: n, Namespace: "do1", MustDelete: n == "stuck"})
+			}
+			targets, err := cleanup.Resolve(clients.Mapper, es)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return targets
+		}
+		release := time.AfterFunc(time.Second, func() {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			if _, err := c.cs.CoreV1().ConfigMaps("do1").Patch(context.Background(), "held", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("release finalizer: %v", err)
+			}
+		})
+		defer release.Stop()
+		sum := &cleanup.Summary{}
+		start := time.Now()
+		opts := cleanup.ResourceOptions{Blocking: true, Interval: 200 * time.Millisecond, Timeout: 20 * time.Second}
+		if err := cleanup.DeleteResources(t.Context(), dyn, entries("plain", "held", "absent"), opts, sum); err != nil {
+			t.Fatal(err)
+		}
+		logSummary(t, sum)
+		if n := sum.Count(cleanup.PhaseResource, cleanup.Deleted); n != 2 {
+			t.Errorf("%d deleted, want 2 (plain, held)", n)
+		}
+		if n := sum.Count(cleanup.PhaseResource, cleanup.Skipped); n != 1 {
+			t.Errorf("%d skipped, want 1 (absent)", n)
+		}
+		if el := time.Since(start); el < time.Second {
+			t.Errorf("returned after %s, before the finalizer was released", el)
+		}
+		for _, name := range []string{"plain", "held"} {
+			if c.exists(t, cmGVR, "do1", name) {
+				t.Errorf("%s still exists", name)
+			}
+		}
+
+		// A mustDelete entry that stays fails, as it would with get.
+		sum = &cleanup.Summary{}
+		opts.Timeout = time.Second
+		if err := cleanup.DeleteResources(t.Context(), dyn, entries("stuck"), opts, sum); err != nil {
+			t.Fatal(err)
+		}
+		logSummary(t, sum)
+		if !sum.MustFailed() {
+			t.Error("a stuck mustDelete entry passed without get")
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.cs.CoreV1().ConfigMaps("do1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// --deletion-timeout-seconds=0: no wait, one check.
+	t.Run("no wait", func(t *testing.T) {
+		c.namespace(t, "nw1")
+		c.configMap(t, "nw1", "plain", nil)
+		c.configMap(t, "nw1", "stuck", nil, "example.com/forever")
+		dir := writeConfig(t, "", `[
+			{"version":"v1","resource":"configmaps","name":"plain","namespace":"nw1","mustDelete":true},
+			{"version":"v1","resource":"configmaps","name":"stuck","namespace":"nw1","mustDelete":true}
+		]`)
+		o := c.options(dir)
+		o.NoDeletionWait = true
+		o.DeletionTimeout = time.Hour // must not be waited for
+		sum, err := cleanup.Run(t.Context(), o)
+		logSummary(t, sum)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		var outcomes []string
+		for _, r := range sum.Records() {
+			outcomes = append(outcomes, string(r.Outcome)+" "+r.Object)
+		}
+		want := []string{"deleted configmaps nw1/plain", "failed configmaps nw1/stuck"}
+		if strings.Join(outcomes, ",") != strings.Join(want, ",") {
+			t.Errorf("outcomes %q, want %q", outcomes, want)
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.cs.CoreV1().ConfigMaps("nw1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// The files need no API server: spectro-cleanup removes them before
+	// its first request.
+	t.Run("files first when the API server does not answer", func(t *testing.T) {
+		host := t.TempDir()
+		f := filepath.Join(host, "f")
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := "https://" + l.Addr().String()
+		l.Close()
+		dir := writeConfig(t, fmt.Sprintf("[%q]", f), `[{"version":"v1","resource":"configmaps","name":"x","namespace":"default"}]`)
+		o := c.options(dir, host)
+		o.RESTConfig = func() (*rest.Config, error) { return &rest.Config{Host: dead}, nil }
+		o.DiscoveryRetry = time.Second
+		sum, err := cleanup.Run(t.Context(), o)
+		logSummary(t, sum)
+		if err == nil || errors.Is(err, cleanup.ErrConfig) {
+			t.Errorf("Run error %v, want a discovery error", err)
+		}
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("file not removed while the API server was away: %v", err)
+		}
+	})
+
 	// Nothing is deleted, files included, when the config is refused.
 	refusals := []struct {
 		name, files, resources string
@@ -392,25 +594,8 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		c.configMap(t, "p1", "held", nil, "example.com/hold")
 		// The limited user may get and delete, as in spectro-cleanup's
 		// examples, but not list or watch.
-		if _, err := c.cs.RbacV1().Roles("p1").Create(t.Context(), &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "get-delete"},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "delete"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.cs.RbacV1().RoleBindings("p1").Create(t.Context(), &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "get-delete"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "get-delete"},
-			Subjects:   []rbacv1.Subject{{Kind: "User", Name: "limited", APIGroup: "rbac.authorization.k8s.io"}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		cfg := rest.AnonymousClientConfig(c.cp.Config)
-		cfg.BearerToken = limitedToken
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c.grantLimited(t, "p1", "get", "delete")
+		dyn := c.limitedDynamic(t)
 		clients, err := cleanup.NewClients(c.cp.Config) // discovery as admin
 		if err != nil {
 			t.Fatal(err)
@@ -498,7 +683,7 @@ func TestSelfCleanupPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{})
-	o.EnableFinalizeServer, o.FinalizeListener, o.CleanupTimeout = true, l, time.Minute
+	o.EnableFinalizeServer, o.WaitBeforeSelfDelete, o.FinalizeListener, o.CleanupTimeout = true, true, l, time.Minute
 	o.Log = slog.New(&onMessage{Handler: slog.NewTextHandler(tWriter{t}, nil), msg: "waiting for FinalizeCleanup", ch: waiting})
 	type result struct {
 		sum *cleanup.Summary

@@ -107,6 +107,11 @@ type ResourceOptions struct {
 	Interval time.Duration
 	// Timeout bounds the wait of one entry; default DefaultDeletionTimeout.
 	Timeout time.Duration
+	// NoWait checks once, right after the deletes, whether the objects are
+	// gone instead of waiting for them (spectro-cleanup's
+	// --deletion-timeout-seconds=0): an object still finalizing is a
+	// failure.
+	NoWait bool
 	// Concurrency bounds parallel requests; default DefaultConcurrency.
 	Concurrency int
 	// DryRun sends server-side dry-run deletes, which check permissions and
@@ -143,15 +148,25 @@ func (o *ResourceOptions) defaults() {
 // order (so that, say, custom resources go before their CRD), the objects of
 // one entry in parallel, with Background propagation and a UID precondition
 // so that an object re-created under the same name is left alone. Outcomes
-// go to sum; it returns early only when ctx ends.
+// go to sum. An entry with mustDelete that fails ends the run: the order is
+// the user's dependency order (custom resources stuck on a finalizer must
+// not lose their operator or their CRD), so the entries after it are
+// recorded as not started. It returns early only when ctx ends.
 func DeleteResources(ctx context.Context, dc dynamic.Interface, targets []Target, opts ResourceOptions, sum *Summary) error {
 	opts.defaults()
 	d := &deleter{dc: dc, opts: opts, sum: sum}
-	for _, t := range targets {
+	for i, t := range targets {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		before := d.failures()
 		d.target(ctx, t)
+		if t.Entry.MustDelete && d.failures() > before {
+			for _, rest := range targets[i+1:] {
+				d.record(rest, rest.Entry.String(), Skipped, "not started: the mustDelete entry "+t.Entry.String()+" failed")
+			}
+			return ctx.Err()
+		}
 	}
 	return ctx.Err()
 }
@@ -160,6 +175,15 @@ type deleter struct {
 	dc   dynamic.Interface
 	opts ResourceOptions
 	sum  *Summary
+
+	mu     sync.Mutex
+	failed int
+}
+
+func (d *deleter) failures() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failed
 }
 
 type objRef struct {
@@ -172,6 +196,9 @@ func (d *deleter) record(t Target, object string, o Outcome, reason string) {
 	lvl := slog.LevelInfo
 	if o == Failed {
 		lvl = slog.LevelError
+		d.mu.Lock()
+		d.failed++
+		d.mu.Unlock()
 	}
 	d.opts.Log.Log(context.Background(), lvl, "resource", "object", object, "outcome", string(o), "reason", reason, "mustDelete", t.Entry.MustDelete)
 	d.sum.add(r)
@@ -208,6 +235,13 @@ func (d *deleter) target(ctx context.Context, t Target) {
 			d.record(t, objName(t, objRef{namespace: e.Namespace, name: e.Name}), Skipped, "not found")
 			return
 		}
+		if apierrors.IsForbidden(err) {
+			// spectro-cleanup only deletes, so RBAC made for it may
+			// grant delete alone: "cannot read" must not become
+			// "nothing to do".
+			d.deleteUnread(ctx, t)
+			return
+		}
 		if err != nil {
 			d.record(t, objName(t, objRef{namespace: e.Namespace, name: e.Name}), Failed, "get: "+err.Error())
 			return
@@ -240,6 +274,16 @@ func (d *deleter) target(ctx context.Context, t Target) {
 		return
 	}
 	if d.opts.Blocking && !d.opts.DryRun {
+		if d.opts.NoWait {
+			reason := "still present right after the delete (no wait: --deletion-timeout-seconds=0)"
+			if err := d.checkGone(ctx, t, pending, d.getGone); err != nil {
+				reason = "cannot check it is gone: " + err.Error()
+			}
+			for _, ref := range sortedRefs(pending) {
+				d.record(t, objName(t, ref), Failed, reason)
+			}
+			return
+		}
 		d.waitGone(ctx, t, lister, wopts, rv, pending)
 		for _, ref := range sortedRefs(pending) {
 			d.record(t, objName(t, ref), Failed, fmt.Sprintf("still present after %s", d.opts.Timeout))
@@ -375,11 +419,11 @@ func (d *deleter) waitGone(ctx context.Context, t Target, ri dynamic.ResourceInt
 					break
 				}
 				if cannotWatch(err) {
-					d.opts.Log.Debug("cannot list, polling instead", "gvr", t.GVR.String(), "err", err)
-					d.pollGone(ctx, t, pending)
+					d.opts.Log.Debug("cannot list, polling instead", "gvr", t.GVR.String(), "error", err)
+					d.pollGone(ctx, t, pending, d.getGone)
 					break
 				}
-				d.opts.Log.Debug("list failed, retrying", "gvr", t.GVR.String(), "err", err)
+				d.opts.Log.Debug("list failed, retrying", "gvr", t.GVR.String(), "error", err)
 				sleep(ctx, d.opts.Interval)
 				continue
 			}
@@ -406,11 +450,11 @@ func (d *deleter) waitGone(ctx context.Context, t Target, ri dynamic.ResourceInt
 				break
 			}
 			if cannotWatch(err) {
-				d.opts.Log.Debug("cannot watch, polling instead", "gvr", t.GVR.String(), "err", err)
-				d.pollGone(ctx, t, pending)
+				d.opts.Log.Debug("cannot watch, polling instead", "gvr", t.GVR.String(), "error", err)
+				d.pollGone(ctx, t, pending, d.getGone)
 				break
 			}
-			d.opts.Log.Debug("watch failed, re-listing", "gvr", t.GVR.String(), "err", err)
+			d.opts.Log.Debug("watch failed, re-listing", "gvr", t.GVR.String(), "error", err)
 			rv = ""
 			sleep(ctx, d.opts.Interval)
 			continue
@@ -445,33 +489,78 @@ func (d *deleter) consume(ctx context.Context, t Target, w watch.Interface, pend
 	}
 }
 
-// pollGone is the fallback of waitGone: a GET per object every Interval.
-func (d *deleter) pollGone(ctx context.Context, t Target, pending map[types.UID]objRef) {
+// goneFunc reports whether the object ref (uid, when known) is gone; an
+// error means it cannot tell.
+type goneFunc func(ctx context.Context, t Target, ref objRef) (bool, error)
+
+// getGone asks with a GET: gone when not found or replaced.
+func (d *deleter) getGone(ctx context.Context, t Target, ref objRef) (bool, error) {
+	obj, err := d.resourceInterface(t, ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return obj.GetUID() != ref.uid, nil
+}
+
+// dryRunGone asks with a server-side dry-run DELETE, which needs only the
+// delete right the object was deleted with: not found means gone.
+func (d *deleter) dryRunGone(ctx context.Context, t Target, ref objRef) (bool, error) {
+	opts := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	if ref.uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &ref.uid}
+	}
+	err := d.resourceInterface(t, ref.namespace).Delete(ctx, ref.name, opts)
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err) && ref.uid != "":
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return false, nil
+}
+
+// checkGone asks once about every pending object and drops the gone ones;
+// it returns the last error of an object it could not ask about.
+func (d *deleter) checkGone(ctx context.Context, t Target, pending map[types.UID]objRef, isGone goneFunc) error {
+	var (
+		mu      sync.Mutex
+		gone    []types.UID
+		lastErr error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, d.opts.Concurrency)
+	)
+	for uid, ref := range pending {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ok, err := isGone(ctx, t, ref)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				lastErr = err
+			case ok:
+				gone = append(gone, uid)
+			}
+		})
+	}
+	wg.Wait()
+	for _, uid := range gone {
+		d.gone(t, pending, uid)
+	}
+	return lastErr
+}
+
+// pollGone is the fallback of waitGone: checkGone every Interval until
+// nothing is pending or ctx ends.
+func (d *deleter) pollGone(ctx context.Context, t Target, pending map[types.UID]objRef, isGone goneFunc) {
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
 	for {
-		var (
-			mu   sync.Mutex
-			gone []types.UID
-			wg   sync.WaitGroup
-			sem  = make(chan struct{}, d.opts.Concurrency)
-		)
-		for uid, ref := range pending {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				obj, err := d.resourceInterface(t, ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != uid) {
-					mu.Lock()
-					gone = append(gone, uid)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		for _, uid := range gone {
-			d.gone(t, pending, uid)
-		}
+		_ = d.checkGone(ctx, t, pending, isGone)
 		if len(pending) == 0 {
 			return
 		}
@@ -480,6 +569,88 @@ func (d *deleter) pollGone(ctx context.Context, t Target, pending map[types.UID]
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// waitUnread polls with dry-run deletes until the object is gone, ctx ends
+// (nil: still present), or a check fails in a way retrying will not cure.
+func (d *deleter) waitUnread(ctx context.Context, t Target, pending map[types.UID]objRef) error {
+	tick := time.NewTicker(d.opts.Interval)
+	defer tick.Stop()
+	for {
+		err := d.checkGone(ctx, t, pending, d.dryRunGone)
+		if len(pending) == 0 {
+			return nil
+		}
+		if err != nil && ctx.Err() == nil && !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// deleteUnread deletes the named entry of t without having read it (the GET
+// was forbidden): no UID precondition, and, when blocking, the wait asks
+// with dry-run deletes. An object that cannot be checked is a failure only
+// for a mustDelete entry: its delete was accepted.
+func (d *deleter) deleteUnread(ctx context.Context, t Target) {
+	e := t.Entry
+	ref := objRef{namespace: e.Namespace, name: e.Name}
+	name := objName(t, ref)
+	if refs := d.withoutKept(t, []objRef{ref}); len(refs) == 0 {
+		return
+	}
+	bg := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	if d.opts.DryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	retried := false
+	err := retryTransient(ctx, func() error {
+		err := d.resourceInterface(t, ref.namespace).Delete(ctx, ref.name, opts)
+		retried = retried || transient(err)
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err) && retried:
+		d.record(t, name, Deleted, "an interrupted request went through")
+		return
+	case apierrors.IsNotFound(err):
+		d.record(t, name, Skipped, "not found")
+		return
+	case err != nil:
+		d.record(t, name, Failed, "delete (get forbidden, deleted unread): "+err.Error())
+		return
+	case d.opts.DryRun:
+		d.record(t, name, WouldDelete, "get forbidden: deleted unread")
+		return
+	case !d.opts.Blocking:
+		d.record(t, name, Deleted, "deletion requested (get forbidden)")
+		return
+	}
+	pending := map[types.UID]objRef{"": ref}
+	var checkErr error
+	if d.opts.NoWait {
+		checkErr = d.checkGone(ctx, t, pending, d.dryRunGone)
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+		checkErr = d.waitUnread(wctx, t, pending)
+		cancel()
+	}
+	switch {
+	case len(pending) == 0:
+	case checkErr != nil && !e.MustDelete:
+		d.record(t, name, Deleted, "deletion requested; cannot check it is gone (get forbidden): "+checkErr.Error())
+	case checkErr != nil:
+		d.record(t, name, Failed, "deletion requested; cannot check it is gone (get forbidden): "+checkErr.Error())
+	case d.opts.NoWait:
+		d.record(t, name, Failed, "still present right after the delete (no wait: --deletion-timeout-seconds=0)")
+	default:
+		d.record(t, name, Failed, fmt.Sprintf("still present after %s", d.opts.Timeout))
 	}
 }
 
