@@ -71,7 +71,8 @@ func (e ResourceEntry) String() string {
 }
 
 // ParseFileConfig parses file-config.json: a JSON array of absolute paths,
-// globs allowed. Empty input means no files. Where the paths may point is
+// literal as in spectro-cleanup unless globbing is asked for
+// (FileOptions.Globs). Empty input means no files. Where the paths may point is
 // checked by CheckFilePaths, which needs the allowed roots.
 func ParseFileConfig(data []byte) ([]string, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -116,6 +117,11 @@ func checkPathSyntax(p string) error {
 			return errors.New("path contains a .. element")
 		}
 	}
+	return nil
+}
+
+// checkPattern checks the syntax of a path that is expanded as a glob.
+func checkPattern(p string) error {
 	if _, err := filepath.Match(p, ""); err != nil {
 		return fmt.Errorf("bad glob pattern: %w", err)
 	}

@@ -89,7 +89,7 @@ func TestParseFileConfig(t *testing.T) {
 		{name: "relative", in: `["host/x"]`, wantErr: "not absolute"},
 		{name: "dotdot", in: `["/host/../etc/passwd"]`, wantErr: ".."},
 		{name: "empty string", in: `[""]`, wantErr: "empty path"},
-		{name: "bad glob", in: `["/host/[x"]`, wantErr: "glob"},
+		{name: "bracket is literal", in: `["/host/[x"]`, want: []string{"/host/[x"}},
 		{name: "number", in: `[1]`, wantErr: "want a string"},
 		{name: "object", in: `[{"path":"/host/x"}]`, wantErr: "want a string"},
 		{name: "not array", in: `"/host/x"`, wantErr: `want "["`},
@@ -139,23 +139,27 @@ func TestCheckFilePaths(t *testing.T) {
 		name  string
 		paths []string
 		roots []string
+		globs bool
 		ok    bool
 	}{
-		{"under root", []string{"/host/etc/x"}, []string{"/host"}, true},
-		{"glob under root", []string{"/host/etc/*.conf"}, []string{"/host"}, true},
-		{"outside", []string{"/etc/passwd"}, []string{"/host"}, false},
-		{"prefix is not a parent", []string{"/hostile/x"}, []string{"/host"}, false},
-		{"the root itself", []string{"/host"}, []string{"/host"}, false},
-		{"the root with slash", []string{"/host/"}, []string{"/host"}, false},
-		{"glob in root part", []string{"/ho*/x"}, []string{"/host"}, false},
-		{"second root", []string{"/var/lib/x"}, []string{"/host", "/var/lib"}, true},
-		{"unclean root", []string{"/host/x"}, []string{"/host/"}, false},
-		{"relative root", []string{"/host/x"}, []string{"host"}, false},
-		{"dotdot escape", []string{"/host/a/../../etc"}, []string{"/host"}, false},
+		{"under root", []string{"/host/etc/x"}, []string{"/host"}, false, true},
+		{"glob under root", []string{"/host/etc/*.conf"}, []string{"/host"}, true, true},
+		{"literal star under root", []string{"/host/etc/*.conf"}, []string{"/host"}, false, true},
+		{"bad glob", []string{"/host/[x"}, []string{"/host"}, true, false},
+		{"literal bracket", []string{"/host/[x"}, []string{"/host"}, false, true},
+		{"outside", []string{"/etc/passwd"}, []string{"/host"}, false, false},
+		{"prefix is not a parent", []string{"/hostile/x"}, []string{"/host"}, false, false},
+		{"the root itself", []string{"/host"}, []string{"/host"}, false, false},
+		{"the root with slash", []string{"/host/"}, []string{"/host"}, false, false},
+		{"glob in root part", []string{"/ho*/x"}, []string{"/host"}, true, false},
+		{"second root", []string{"/var/lib/x"}, []string{"/host", "/var/lib"}, false, true},
+		{"unclean root", []string{"/host/x"}, []string{"/host/"}, false, false},
+		{"relative root", []string{"/host/x"}, []string{"host"}, false, false},
+		{"dotdot escape", []string{"/host/a/../../etc"}, []string{"/host"}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckFilePaths(tt.paths, tt.roots)
+			err := CheckFilePaths(tt.paths, tt.roots, tt.globs)
 			if tt.ok != (err == nil) {
 				t.Fatalf("CheckFilePaths(%q, %q) = %v, want ok=%v", tt.paths, tt.roots, err, tt.ok)
 			}
@@ -221,7 +225,7 @@ func FuzzParseFileConfig(f *testing.F) {
 			if !filepath.IsAbs(p) || strings.Contains("/"+p+"/", "/../") {
 				t.Fatalf("accepted unsafe path %q", p)
 			}
-			if err := CheckFilePaths([]string{p}, []string{"/host"}); err == nil {
+			if err := CheckFilePaths([]string{p}, []string{"/host"}, true); err == nil {
 				if !strings.HasPrefix(filepath.Clean(p), "/host/") {
 					t.Fatalf("path %q passed the root check for /host", p)
 				}
@@ -238,7 +242,7 @@ func TestLoadConfigExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckFilePaths(files, []string{DefaultAllowedRoot}); err != nil {
+	if err := CheckFilePaths(files, []string{DefaultAllowedRoot}, true); err != nil {
 		t.Fatal(err)
 	}
 	if len(files) != 5 || len(entries) != 3 {

@@ -22,6 +22,11 @@ type FileOptions struct {
 	// AllowedRoots are the directories paths must lie under; default
 	// DefaultAllowedRoot.
 	AllowedRoots []string
+	// Globs expands shell patterns (*, ?, [...]) in the paths. Off, every
+	// path is literal, as in spectro-cleanup: a pattern there was a
+	// harmless not-found, and expanding it now would empty directories
+	// (say /host/opt/cni/bin/*) that a config copied from it never emptied.
+	Globs bool
 	// DryRun reports what would be removed and removes nothing.
 	DryRun bool
 	Log    *slog.Logger
@@ -35,9 +40,10 @@ func (o FileOptions) roots() []string {
 }
 
 // CheckFilePaths checks, without touching the filesystem, that every path is
-// well-formed and lies lexically under one of roots (and is not a root
-// itself). Symlinks are dealt with when removing. The error wraps ErrConfig.
-func CheckFilePaths(paths, roots []string) error {
+// well-formed (a valid pattern, with globs) and lies lexically under one of
+// roots (and is not a root itself). Symlinks are dealt with when removing.
+// The error wraps ErrConfig.
+func CheckFilePaths(paths, roots []string, globs bool) error {
 	for _, r := range roots {
 		if !filepath.IsAbs(r) || filepath.Clean(r) != r {
 			return fmt.Errorf("%w: allowed root %q must be a clean absolute path", ErrConfig, r)
@@ -46,6 +52,11 @@ func CheckFilePaths(paths, roots []string) error {
 	for _, p := range paths {
 		if err := checkPathSyntax(p); err != nil {
 			return fmt.Errorf("%w: path %q: %w", ErrConfig, p, err)
+		}
+		if globs {
+			if err := checkPattern(p); err != nil {
+				return fmt.Errorf("%w: path %q: %w", ErrConfig, p, err)
+			}
 		}
 		if _, _, err := splitRoot(p, roots); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -81,8 +92,8 @@ func splitRoot(p string, roots []string) (root, rel string, err error) {
 	return root, filepath.ToSlash(rel), nil
 }
 
-// RemoveFiles removes the files and empty directories that paths name or
-// match. Every lookup goes through an os.Root opened on the allowed root, so
+// RemoveFiles removes the files and empty directories that paths name (or,
+// with opts.Globs, match). Every lookup goes through an os.Root opened on the allowed root, so
 // no symlink can lead out of it (absolute symlinks are refused too, since
 // they would point into this container, not the host); the last component
 // is never followed, so a symlink is removed rather than its target. A
@@ -91,7 +102,7 @@ func splitRoot(p string, roots []string) (root, rel string, err error) {
 func RemoveFiles(ctx context.Context, paths []string, opts FileOptions, sum *Summary) error {
 	log := logger(opts.Log)
 	roots := opts.roots()
-	if err := CheckFilePaths(paths, roots); err != nil {
+	if err := CheckFilePaths(paths, roots, opts.Globs); err != nil {
 		return err
 	}
 	opened := map[string]*os.Root{}
@@ -119,7 +130,7 @@ func RemoveFiles(ctx context.Context, paths []string, opts FileOptions, sum *Sum
 			}
 			opened[rootDir] = root
 		}
-		if !hasMeta(rel) {
+		if !opts.Globs || !hasMeta(rel) {
 			removeOne(log, root, rootDir, rel, opts.DryRun, sum)
 			continue
 		}

@@ -41,7 +41,7 @@ func TestRemoveFiles(t *testing.T) {
 		filepath.Join(host, "etc/climb/secret"),
 	}
 	sum := &Summary{}
-	if err := RemoveFiles(context.Background(), paths, FileOptions{AllowedRoots: []string{host}}, sum); err != nil {
+	if err := RemoveFiles(context.Background(), paths, FileOptions{AllowedRoots: []string{host}, Globs: true}, sum); err != nil {
 		t.Fatalf("RemoveFiles: %v", err)
 	}
 	want := map[string]Outcome{
@@ -77,6 +77,32 @@ func TestRemoveFiles(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(host, "link-to-secret")); !os.IsNotExist(err) {
 		t.Errorf("symlink still there: %v", err)
+	}
+}
+
+// TestRemoveFilesLiteral: without Globs a pattern names one file, as in
+// spectro-cleanup, where "/host/opt/cni/bin/*" was a harmless not-found.
+func TestRemoveFilesLiteral(t *testing.T) {
+	host := t.TempDir()
+	for _, f := range []string{"opt/cni/bin/bridge", "opt/cni/bin/multus", "etc/a[1].conf", "etc/a1.conf"} {
+		mustWrite(t, filepath.Join(host, f))
+	}
+	sum := &Summary{}
+	paths := []string{filepath.Join(host, "opt/cni/bin/*"), filepath.Join(host, "etc/a[1].conf")}
+	if err := RemoveFiles(context.Background(), paths, FileOptions{AllowedRoots: []string{host}}, sum); err != nil {
+		t.Fatalf("RemoveFiles: %v", err)
+	}
+	got := map[string]Outcome{}
+	for _, r := range sum.Records() {
+		got[r.Object] = r.Outcome
+	}
+	if got[paths[0]] != Skipped || got[paths[1]] != Deleted || len(got) != 2 {
+		t.Errorf("outcomes %v, want %s skipped and %s deleted", got, paths[0], paths[1])
+	}
+	for _, f := range []string{"opt/cni/bin/bridge", "opt/cni/bin/multus", "etc/a1.conf"} {
+		if _, err := os.Stat(filepath.Join(host, f)); err != nil {
+			t.Errorf("%s removed by a literal path: %v", f, err)
+		}
 	}
 }
 

@@ -207,6 +207,10 @@ func TestChartRender(t *testing.T) {
 		if !hostPath {
 			t.Error("no read-write hostPath /var/lib/cni/multus at the same path")
 		}
+		// The image's entry point is spectro-cleanup's /cleanup.
+		if !slices.Equal(c.Command, []string{"/sweepd"}) {
+			t.Errorf("daemon command %q, want [/sweepd]", c.Command)
+		}
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 			return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
 		}) {
@@ -284,7 +288,7 @@ func TestChartRender(t *testing.T) {
 			"--cleanup-config-dir=/etc/sweep/cleanup", "--state-dir=/var/lib/sweep", "--self-gvr=apps/v1/daemonsets",
 			"--self-name=" + name, "--self-namespace=" + chartNamespace, "--sa-name=" + name,
 			"--cluster-role-name=" + name, "--cluster-role-binding-name=" + name,
-			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-timeout=120",
+			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-barrier-timeout=120", "--cleanup-file-globs=false",
 			"--liveness=both", "--cri-endpoint=unix:///var/run/crio/crio.sock", "--reboot-aware=true",
 		} {
 			if !slices.Contains(c.Args, want) {
@@ -321,7 +325,11 @@ func TestChartRender(t *testing.T) {
 		if job.GetAnnotations()["helm.sh/hook"] != "pre-delete" {
 			t.Errorf("uninstall Job hook = %q", job.GetAnnotations()["helm.sh/hook"])
 		}
-		jobArgs := fmt.Sprint(job.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["args"])
+		jobContainer := job.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		if cmd := fmt.Sprint(jobContainer["command"]); cmd != "[/sweepd]" {
+			t.Errorf("uninstall Job command %s, want [/sweepd]", cmd)
+		}
+		jobArgs := fmt.Sprint(jobContainer["args"])
 		for _, want := range []string{"uninstall", "--namespace=" + chartNamespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m",
 			"--sa-name=" + name, "--role-name=" + name, "--role-binding-name=" + name, "--cluster-role-name=" + name, "--cluster-role-binding-name=" + name} {
 			if !strings.Contains(jobArgs, want) {

@@ -276,7 +276,7 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 		"--self-gvr=apps/v1/daemonsets", "--self-name=" + r.name, "--self-namespace=" + r.ns,
 		"--sa-name=" + r.name, "--role-name=" + r.name, "--role-binding-name=" + r.name,
 		"--cluster-role-name=" + r.name, "--cluster-role-binding-name=" + r.name,
-		"--cleanup-lease-duration=3s", "--cleanup-debounce=100ms",
+		"--cleanup-lease-duration=3s", "--cleanup-debounce=100ms", "--cleanup-file-globs",
 	}, extra...)
 	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", n.root, r.hostView, sweepd}, args...)...)
@@ -648,7 +648,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 	createNodes(t, cs)
 	r := installRelease(t, cp, cs, "sweep-system", "sweep")
 	for _, n := range uninstallNodes {
-		r.startNode(t, r.nodes[n], "--cleanup-timeout=6")
+		r.startNode(t, r.nodes[n], "--cleanup-barrier-timeout=6")
 	}
 	missing := r.nodes["node-c"]
 
@@ -691,7 +691,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 		})
 	})
 
-	t.Run("the cluster phase goes ahead after --cleanup-timeout and reports node-c", func(t *testing.T) {
+	t.Run("the cluster phase goes ahead after --cleanup-barrier-timeout and reports node-c", func(t *testing.T) {
 		_, out, code := r.runUninstall(t, "1m")
 		select {
 		case c := <-code:

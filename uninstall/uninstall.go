@@ -54,6 +54,8 @@ type Config struct {
 	NodeName string
 	// AllowedRoots confine file removal (cleanup.FileOptions).
 	AllowedRoots []string
+	// FileGlobs expands patterns in the file paths (cleanup.FileOptions).
+	FileGlobs bool
 
 	// DaemonSet and Namespace name the DaemonSet this daemon runs in; with
 	// an empty DaemonSet only the node phase runs (e.g. under systemd).
@@ -91,7 +93,7 @@ func (c Config) Validate() error {
 	case c.Timeout < 0 || c.LeaseDuration < 0:
 		return errors.New("timeouts must not be negative")
 	}
-	return cleanup.CheckFilePaths(nil, c.AllowedRoots)
+	return cleanup.CheckFilePaths(nil, c.AllowedRoots, false)
 }
 
 // Option injects a dependency.
@@ -214,17 +216,17 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 	}
 	files, err := cleanup.ParseFileConfig(s.FileConfig)
 	if err == nil {
-		err = cleanup.CheckFilePaths(files, c.cfg.AllowedRoots)
+		err = cleanup.CheckFilePaths(files, c.cfg.AllowedRoots, c.cfg.FileGlobs)
 	}
 	if err != nil {
 		c.metrics.failures.Inc()
-		log.Error("invalid "+cleanup.FileConfigName+"; nothing done", "err", err)
+		log.Error("invalid "+cleanup.FileConfigName+"; nothing done", "error", err)
 		return
 	}
 	entries, err := cleanup.ParseResourceConfig(s.ResourceConfig)
 	if err != nil {
 		c.metrics.failures.Inc()
-		log.Error("invalid "+cleanup.ResourceConfigName+"; nothing done", "err", err)
+		log.Error("invalid "+cleanup.ResourceConfigName+"; nothing done", "error", err)
 		return
 	}
 	log.Info("uninstall cleanup", "files", len(files), "resources", len(entries), "progress", string(progress))
@@ -233,13 +235,13 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 	failed := c.state.FailedFiles(h)
 	if progress != ProgressNodeDone {
 		if err := c.state.Set(h, ProgressStarted, 0); err != nil {
-			log.Error("state", "err", err)
+			log.Error("state", "error", err)
 		}
 		sum := &cleanup.Summary{}
-		if err := cleanup.RemoveFiles(ctx, files, cleanup.FileOptions{AllowedRoots: c.cfg.AllowedRoots, Log: log}, sum); err != nil {
+		if err := cleanup.RemoveFiles(ctx, files, cleanup.FileOptions{AllowedRoots: c.cfg.AllowedRoots, Globs: c.cfg.FileGlobs, Log: log}, sum); err != nil {
 			if ctx.Err() == nil {
 				c.metrics.failures.Inc()
-				log.Error("node phase", "err", err)
+				log.Error("node phase", "error", err)
 			}
 			return
 		}
@@ -249,7 +251,7 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 			c.metrics.failures.Inc()
 		}
 		if err := c.state.Set(h, ProgressNodeDone, failed); err != nil {
-			log.Error("state", "err", err)
+			log.Error("state", "error", err)
 		}
 		log.Info("node phase done", "deleted", sum.Count(cleanup.PhaseFile, cleanup.Deleted),
 			"skipped", sum.Count(cleanup.PhaseFile, cleanup.Skipped), "failed", failed)
@@ -262,7 +264,7 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 			log.Warn(cleanup.ResourceConfigName + " ignored: the cluster phase needs a DaemonSet (--self-name)")
 		}
 		if err := c.state.Set(h, ProgressDone, failed); err != nil {
-			log.Error("state", "err", err)
+			log.Error("state", "error", err)
 		}
 		return
 	}
@@ -282,7 +284,7 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 
 func (c *Coordinator) finished(log *slog.Logger, h string, failed int, why string) {
 	if err := c.state.Set(h, ProgressDone, failed); err != nil {
-		log.Error("state", "err", err)
+		log.Error("state", "error", err)
 	}
 	log.Info("uninstall cleanup finished", "why", why)
 }
@@ -308,7 +310,7 @@ func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*daem
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		log.Warn("cannot get the DaemonSet; retrying", "err", err)
+		log.Warn("cannot get the DaemonSet; retrying", "error", err)
 		if !sleep(ctx, retryInterval) {
 			return nil, ctx.Err()
 		}
@@ -365,7 +367,7 @@ func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, fa
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		log.Warn("cannot report to the barrier; retrying", "err", err)
+		log.Warn("cannot report to the barrier; retrying", "error", err)
 		if !sleep(ctx, retryInterval) {
 			return nil, ctx.Err()
 		}
@@ -390,7 +392,7 @@ func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds 
 			if ctx.Err() != nil {
 				return false
 			}
-			log.Warn("cannot follow the leader election; retrying", "err", err)
+			log.Warn("cannot follow the leader election; retrying", "error", err)
 			sleep(ctx, retryInterval)
 			continue
 		}
@@ -495,7 +497,7 @@ func (c *Coordinator) lead(ctx context.Context, log *slog.Logger, h string, ds *
 			return false
 		}
 		c.metrics.failures.Inc()
-		log.Error("cluster phase failed; retrying", "err", err, "in", (5 * retryInterval).String())
+		log.Error("cluster phase failed; retrying", "error", err, "in", (5 * retryInterval).String())
 		sleep(ctx, 5*retryInterval)
 	}
 	return false
@@ -647,6 +649,6 @@ func (c *Coordinator) event(ctx context.Context, ds *daemonSet, typ, reason, msg
 		"source": map[string]any{"component": "sweepd", "host": c.cfg.NodeName},
 	}}
 	if _, err := c.dc.Resource(eventGVR).Namespace(ds.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		c.log.Warn("cannot record an event", "reason", reason, "err", err)
+		c.log.Warn("cannot record an event", "reason", reason, "error", err)
 	}
 }

@@ -28,7 +28,10 @@ func addDaemonUninstallFlags(fs *flag.FlagSet) *daemonUninstallFlags {
 	f := &daemonUninstallFlags{}
 	c := &f.cfg
 	fs.StringVar(&c.ConfigDir, "cleanup-config-dir", "", "watch this directory (the mounted, optional cleanup ConfigMap, or a plain directory) for file-config.json and resource-config.json and run the uninstall cleanup when they appear; empty disables")
-	fs.IntVar(&f.timeoutSec, "cleanup-timeout", int(uninstall.DefaultTimeout/time.Second), "seconds the uninstall barrier waits, after the first node finished, for the other nodes before the cluster phase goes ahead without them")
+	fs.IntVar(&f.timeoutSec, "cleanup-barrier-timeout", int(uninstall.DefaultTimeout/time.Second), "seconds the uninstall barrier waits, after the first node finished, for the other nodes before the cluster phase goes ahead without them")
+	// The chart shipped --cleanup-timeout, which in `sweepd cleanup` means
+	// the wait before self-deletion: kept, under a name of its own.
+	fs.IntVar(&f.timeoutSec, "cleanup-timeout", int(uninstall.DefaultTimeout/time.Second), "deprecated: use --cleanup-barrier-timeout")
 	fs.StringVar(&f.selfGVR, "self-gvr", "apps/v1/daemonsets", "group/version/resource of the daemon's workload; only a DaemonSet is supported")
 	fs.StringVar(&c.DaemonSet, "self-name", "", "name of the daemon's DaemonSet; enables the coordinated cluster phase (resources, then self-cleanup)")
 	fs.StringVar(&c.Namespace, "self-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet; default $POD_NAMESPACE")
@@ -38,6 +41,7 @@ func addDaemonUninstallFlags(fs *flag.FlagSet) *daemonUninstallFlags {
 	fs.StringVar(&c.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet, deleted with it")
 	fs.StringVar(&c.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet, deleted with it")
 	fs.Var(&f.roots, "allowed-root", "directory the uninstall cleanup's files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
+	fs.BoolVar(&c.FileGlobs, "cleanup-file-globs", false, "expand shell patterns (*, ?, [...]) in the uninstall cleanup's file-config.json; without it every path is literal")
 	fs.DurationVar(&c.LeaseDuration, "cleanup-lease-duration", uninstall.DefaultLeaseDuration, "duration of the Lease that elects the daemon running the cluster phase")
 	fs.DurationVar(&c.Watch.Debounce, "cleanup-debounce", uninstall.DefaultDebounce, "quiet time after a change of the cleanup config directory before it is read")
 	return f
@@ -53,7 +57,7 @@ func (f *daemonUninstallFlags) validate(node, stateDir string) error {
 	}
 	f.cfg.StateDir = stateDir
 	if f.timeoutSec <= 0 {
-		return errors.New("--cleanup-timeout must be positive")
+		return errors.New("--cleanup-barrier-timeout must be positive")
 	}
 	if f.cfg.DaemonSet != "" {
 		gvr, err := cleanup.ParseGVR(f.selfGVR)
