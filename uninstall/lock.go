@@ -115,7 +115,7 @@ func (e *elector) try(ctx context.Context) bool {
 		return true
 	}
 	if err != nil {
-		e.log.Debug("leader election: get lease", "err", err)
+		e.log.Debug("leader election: get lease", "error", err)
 		return false
 	}
 	if ok, _ := e.takeable(u, now); !ok {
@@ -132,7 +132,7 @@ func (e *elector) try(ctx context.Context) bool {
 	_ = unstructured.SetNestedField(u.Object, microTime(now), "spec", "renewTime")
 	updated, err := e.leases.Update(ctx, u, metav1.UpdateOptions{})
 	if err != nil {
-		e.log.Debug("leader election: update lease", "err", err)
+		e.log.Debug("leader election: update lease", "error", err)
 		return false
 	}
 	e.observedRV, e.observedAt = updated.GetResourceVersion(), now

@@ -58,7 +58,7 @@ func Watch(ctx context.Context, dir string, opts WatchOptions, out chan<- Snapsh
 		}
 		if err := w.Add(dir); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				log.Warn("cannot watch the cleanup config directory; re-reading it periodically", "dir", dir, "err", err)
+				log.Warn("cannot watch the cleanup config directory; re-reading it periodically", "dir", dir, "error", err)
 			}
 			return
 		}
@@ -74,7 +74,7 @@ func Watch(ctx context.Context, dir string, opts WatchOptions, out chan<- Snapsh
 		s, err := ReadSnapshot(dir)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				log.Warn("cannot read the cleanup config directory", "dir", dir, "err", err)
+				log.Warn("cannot read the cleanup config directory", "dir", dir, "error", err)
 				return
 			}
 			s = Snapshot{}
@@ -113,7 +113,7 @@ func Watch(ctx context.Context, dir string, opts WatchOptions, out chan<- Snapsh
 				return errors.New("fsnotify watcher closed")
 			}
 			// An overflow means lost events: re-read.
-			log.Warn("fsnotify error; re-reading", "dir", dir, "err", err)
+			log.Warn("fsnotify error; re-reading", "dir", dir, "error", err)
 			debounce.Reset(opts.Debounce)
 		case <-debounce.C:
 			read()
