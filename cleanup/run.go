@@ -1,6 +1,7 @@
 package cleanup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,11 +27,12 @@ type Options struct {
 	AllowedRoots []string
 	DryRun       bool
 
-	// Blocking, DeletionInterval, DeletionTimeout and Concurrency are
-	// ResourceOptions.
+	// Blocking, DeletionInterval, DeletionTimeout, NoDeletionWait and
+	// Concurrency are ResourceOptions.
 	Blocking         bool
 	DeletionInterval time.Duration
 	DeletionTimeout  time.Duration
+	NoDeletionWait   bool
 	Concurrency      int
 
 	// SelfGVR ("group/version/resource"), SelfName and SelfNamespace name
@@ -39,26 +41,39 @@ type Options struct {
 	ServiceAccount, Role, RoleBinding string
 	ClusterRole, ClusterRoleBinding   string
 
+	// Globs expands patterns in file paths (FileOptions.Globs).
+	Globs bool
+
 	// EnableFinalizeServer serves FinalizeCleanup on FinalizeListener, or
-	// else on FinalizePort; with self-cleanup the run waits for a call, at
-	// most CleanupTimeout, before deleting itself.
+	// else on FinalizePort. A port that cannot be listened on is logged and
+	// the run goes on without the server, as spectro-cleanup's does.
 	EnableFinalizeServer bool
 	FinalizePort         int
 	FinalizeListener     net.Listener
+	// WaitBeforeSelfDelete makes the self-cleanup wait CleanupTimeout
+	// before it deletes anything, or less if FinalizeCleanup is called.
+	WaitBeforeSelfDelete bool
 	CleanupTimeout       time.Duration
 
 	// RESTConfig is called only if the config needs the API server, so that
 	// a files-only run (e.g. a DaemonSet) works without credentials.
 	RESTConfig func() (*rest.Config, error)
-	Log        *slog.Logger
+	// DiscoveryRetry bounds the retries of API discovery when the API
+	// server does not answer; default transientRetryFor.
+	DiscoveryRetry time.Duration
+	Log            *slog.Logger
 }
 
 // Run does the whole cleanup: parse and check both configs and the flags
 // (nothing is deleted if anything is wrong), remove the files, delete the
 // resources, then self-cleanup. The summary is returned even with an error.
-// Errors wrapping ErrConfig mean bad flags or config (exit 2); a nil error
-// with sum.MustFailed() means a mustDelete entry or self-cleanup failed
-// (exit 1).
+// Errors wrapping ErrConfig mean bad flags or config (exit 2); with a nil
+// error, a Failed record in the summary means something asked for was not
+// deleted (exit 1), and sum.MustFailed() that the workload kept itself.
+//
+// The files need no API server: if discovery fails (API server down), they
+// are removed first and discovery is retried for up to transientRetryFor,
+// as spectro-cleanup removes its files before its first request.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	log := logger(opts.Log)
 	sum := &Summary{}
@@ -73,7 +88,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	if err := CheckFilePaths(files, opts.AllowedRoots); err != nil {
+	if err := CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
 		return sum, err
 	}
 	var selfGVR schema.GroupVersionResource
@@ -89,29 +104,21 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 
 	var finalize *FinalizeServer
 	if opts.EnableFinalizeServer {
-		l := opts.FinalizeListener
-		if l == nil {
-			if l, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(opts.FinalizePort))); err != nil {
-				return sum, fmt.Errorf("finalize server: %w", err)
-			}
-		}
 		finalize = NewFinalizeServer(log)
-		srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			if err := finalize.Serve(srvCtx, l); err != nil {
-				log.Error("finalize server", "err", err)
-			}
-		}()
-		defer func() { stop(); <-served }()
-		log.Info("FinalizeCleanup server listening", "addr", l.Addr().String())
+		stop, err := serveFinalize(ctx, opts, finalize, log)
+		if err != nil {
+			log.Error("FinalizeCleanup server not started; the self-cleanup waits its whole timeout", "error", err)
+			finalize = nil
+		} else {
+			defer stop()
+		}
 	}
 
 	var (
 		clients      *Clients
 		targets      []Target
 		selfResource schema.GroupResource
+		resolveErr   error
 	)
 	if len(entries) > 0 || opts.SelfName != "" {
 		if opts.RESTConfig == nil {
@@ -124,23 +131,27 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		if clients, err = NewClients(cfg); err != nil {
 			return sum, err
 		}
-		if targets, err = Resolve(clients.Mapper, entries); err != nil {
-			return sum, err
+		resolve := func() error {
+			var err error
+			targets, selfResource, err = resolveAll(clients.Mapper, entries, opts, selfGVR)
+			return err
 		}
-		if opts.SelfName != "" {
-			// Check the self object's scope now, before anything is deleted.
-			t, err := resolveGVR(clients.Mapper, selfGVR)
-			if err != nil {
-				return sum, fmt.Errorf("self object: %w", err)
-			}
-			if err := checkSelfScope(t, opts.SelfNamespace); err != nil {
+		if resolveErr = resolve(); errors.Is(resolveErr, ErrConfig) {
+			return sum, resolveErr
+		}
+		if resolveErr != nil {
+			log.Warn("API discovery failed: removing the files first, then trying again", "error", resolveErr)
+			if err := RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
 				return sum, err
 			}
-			selfResource = t.GVR.GroupResource()
+			files = nil
+			if err := retryFor(ctx, cmp.Or(opts.DiscoveryRetry, transientRetryFor), resolve); err != nil {
+				return sum, err
+			}
 		}
 	}
 
-	if err := RemoveFiles(ctx, files, FileOptions{AllowedRoots: opts.AllowedRoots, DryRun: opts.DryRun, Log: log}, sum); err != nil {
+	if err := RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
 		return sum, err
 	}
 	var keep []ObjectRef
@@ -167,6 +178,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		Blocking:    opts.Blocking,
 		Interval:    opts.DeletionInterval,
 		Timeout:     opts.DeletionTimeout,
+		NoWait:      opts.NoDeletionWait,
 		Concurrency: opts.Concurrency,
 		DryRun:      opts.DryRun,
 		Log:         log,
@@ -191,10 +203,74 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		DryRun:          opts.DryRun,
 		Log:             log,
 	}
-	if finalize != nil {
-		so.Finalize = finalize.Done()
+	if opts.WaitBeforeSelfDelete {
+		// Without the server only the timeout ends the wait.
+		so.Finalize = make(chan struct{})
+		if finalize != nil {
+			so.Finalize = finalize.Done()
+		}
 	}
 	return sum, SelfCleanup(ctx, clients, so, sum)
+}
+
+// resolveAll resolves the entries and the self object through discovery and
+// checks their scopes.
+func resolveAll(mapper Mapper, entries []ResourceEntry, opts Options, selfGVR schema.GroupVersionResource) ([]Target, schema.GroupResource, error) {
+	targets, err := Resolve(mapper, entries)
+	if err != nil {
+		return nil, schema.GroupResource{}, err
+	}
+	if opts.SelfName == "" {
+		return targets, schema.GroupResource{}, nil
+	}
+	// Check the self object's scope now, before anything is deleted.
+	t, err := resolveGVR(mapper, selfGVR)
+	if err != nil {
+		return nil, schema.GroupResource{}, fmt.Errorf("self object: %w", err)
+	}
+	if err := checkSelfScope(t, opts.SelfNamespace); err != nil {
+		return nil, schema.GroupResource{}, err
+	}
+	return targets, t.GVR.GroupResource(), nil
+}
+
+// retryFor calls fn until it succeeds, fails with ErrConfig, or d passes.
+func retryFor(ctx context.Context, d time.Duration, fn func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := fn()
+		if err == nil || errors.Is(err, ErrConfig) || time.Now().After(deadline) {
+			return err
+		}
+		sleep(ctx, 2*time.Second)
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// serveFinalize starts the FinalizeCleanup server; stop ends it.
+func serveFinalize(ctx context.Context, opts Options, srv *FinalizeServer, log *slog.Logger) (stop func(), err error) {
+	l := opts.FinalizeListener
+	if l == nil {
+		if l, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(opts.FinalizePort))); err != nil {
+			return nil, fmt.Errorf("finalize server: %w", err)
+		}
+	}
+	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(srvCtx, l); err != nil {
+			log.Error("finalize server", "error", err)
+		}
+	}()
+	log.Info("FinalizeCleanup server listening", "addr", l.Addr().String())
+	return func() { cancel(); <-served }, nil
+}
+
+func fileOpts(opts Options, log *slog.Logger) FileOptions {
+	return FileOptions{AllowedRoots: opts.AllowedRoots, Globs: opts.Globs, DryRun: opts.DryRun, Log: log}
 }
 
 func dynamicOf(c *Clients) dynamic.Interface {

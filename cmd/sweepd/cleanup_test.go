@@ -15,6 +15,12 @@ import (
 func TestCleanupFlags(t *testing.T) {
 	host := t.TempDir()
 	victim := filepath.Join(host, "victim")
+	// A path that leads out of the root through a symlink is refused at
+	// removal: a requested deletion not done.
+	if err := os.Symlink(t.TempDir(), filepath.Join(host, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	escaping := filepath.Join(host, "escape", "x")
 	configDir := func(t *testing.T, files string) string {
 		dir := t.TempDir()
 		if files != "" {
@@ -35,7 +41,11 @@ func TestCleanupFlags(t *testing.T) {
 		{name: "zero interval", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
 		{name: "bad self gvr", args: []string{"--self-name=x", "--self-gvr=jobs"}, wantCode: exitUsage},
 		{name: "self without gvr", args: []string{"--self-name=x"}, wantCode: exitUsage},
-		{name: "cluster role without binding", args: []string{"--cluster-role-name=x"}, wantCode: exitUsage},
+		{name: "cluster role without binding: spectro-cleanup's default fills it", files: "[]", args: []string{"--cluster-role-name=x"}, wantCode: exitOK},
+		{name: "negative deletion timeout", args: []string{"--deletion-timeout-seconds=-1"}, wantCode: exitUsage},
+		{name: "zero deletion timeout: check once", files: "[]", args: []string{"--deletion-timeout-seconds=0"}, wantCode: exitOK},
+		{name: "zero cleanup timeout: no wait", files: "[]", args: []string{"--cleanup-timeout=0"}, wantCode: exitOK},
+		{name: "a file not removed fails the run", files: fmt.Sprintf("[%q, %q]", escaping, victim), wantCode: exitFail, removed: true},
 		{name: "bad grpc port", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
 		{name: "out-of-root file", files: fmt.Sprintf("[%q, %q]", victim, "/etc/hostname"), wantCode: exitUsage},
 		{name: "relative root", files: "[]", args: []string{"--allowed-root=host"}, wantCode: exitUsage},
