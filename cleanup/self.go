@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -323,6 +324,19 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 		return nil, false
 	}
 
+	if reason, err := r.foreignClusterRole(ctx, cr, self); err != nil {
+		r.fail(crbName, "get: "+err.Error())
+		return nil, false
+	} else if reason != "" {
+		// spectro-cleanup hands any ClusterRole it is named to the garbage
+		// collector; a shared or built-in one is not the workload's to
+		// delete.
+		r.log.Warn("self-cleanup: leaving the ClusterRole and its binding in place", "object", crName, "reason", reason)
+		r.record(crName, Skipped, "left in place: "+reason)
+		r.record(crbName, Skipped, "left in place: "+reason)
+		return nil, true
+	}
+
 	crRef := metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: r.opts.ClusterRole, UID: plan.uid}
 	_, others, err := r.adopt(ctx, clusterRoleBindingGVR, "", r.opts.ClusterRoleBinding, crRef)
 	switch {
@@ -367,6 +381,65 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 	}
 	plan.selfOwned = true
 	return plan, true
+}
+
+// Helm's ownership annotations: an object created by a release carries both.
+const (
+	helmReleaseName      = "meta.helm.sh/release-name"
+	helmReleaseNamespace = "meta.helm.sh/release-namespace"
+)
+
+// foreignClusterRole says why the named ClusterRole (and its binding) is not
+// the workload's own to delete, or "" when it is: a Kubernetes default role,
+// one another Helm release created, or a binding that grants it to anyone
+// but the workload's ServiceAccount or binds another role.
+func (r *selfRun) foreignClusterRole(ctx context.Context, cr, self *unstructured.Unstructured) (string, error) {
+	if cr.GetLabels()["kubernetes.io/bootstrapping"] == "rbac-defaults" || strings.HasPrefix(cr.GetName(), "system:") {
+		return "a Kubernetes default role", nil
+	}
+	if reason := otherRelease(cr, self); reason != "" {
+		return "the ClusterRole " + reason, nil
+	}
+	var crb *unstructured.Unstructured
+	err := retryTransient(ctx, func() (err error) {
+		crb, err = r.c.Dynamic.Resource(clusterRoleBindingGVR).Get(ctx, r.opts.ClusterRoleBinding, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if reason := otherRelease(crb, self); reason != "" {
+		return "the ClusterRoleBinding " + reason, nil
+	}
+	kind, _, _ := unstructured.NestedString(crb.Object, "roleRef", "kind")
+	name, _, _ := unstructured.NestedString(crb.Object, "roleRef", "name")
+	if kind != "ClusterRole" || name != r.opts.ClusterRole {
+		return fmt.Sprintf("the ClusterRoleBinding binds %s %s", kind, name), nil
+	}
+	subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
+	for _, s := range subjects {
+		m, _ := s.(map[string]any)
+		if m["kind"] != "ServiceAccount" || m["name"] != r.opts.ServiceAccount || m["namespace"] != r.opts.Namespace {
+			return fmt.Sprintf("the ClusterRoleBinding also binds %v %v/%v", m["kind"], m["namespace"], m["name"]), nil
+		}
+	}
+	return "", nil
+}
+
+// otherRelease says which other Helm release created obj, if self was
+// created by a release too and it is not the same one.
+func otherRelease(obj, self *unstructured.Unstructured) string {
+	oa, sa := obj.GetAnnotations(), self.GetAnnotations()
+	if oa[helmReleaseName] == "" || sa[helmReleaseName] == "" {
+		return ""
+	}
+	if oa[helmReleaseName] != sa[helmReleaseName] || oa[helmReleaseNamespace] != sa[helmReleaseNamespace] {
+		return fmt.Sprintf("belongs to the Helm release %s/%s", oa[helmReleaseNamespace], oa[helmReleaseName])
+	}
+	return ""
 }
 
 // mayUpdateSelf asks the API server whether the workload may update its self
