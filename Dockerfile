@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# sweepd image: a static binary on distroless. Entry points: /sweepd
-# (default) and /cleanup, which is `sweepd cleanup` (spectro-cleanup's entry
-# point, so this image drops in for it).
+# sweepd image: a static binary on distroless. The entry point is /cleanup,
+# which is `sweepd cleanup`: spectro-cleanup's entry point, so that its
+# manifests (args and no command, or neither) run unchanged. sweepd's other
+# commands run as /sweepd <command>; the chart sets that command.
 #
 #   docker build -t ghcr.io/sweep-k8s/sweep:$(git describe --tags) \
 #     --build-arg VERSION=$(git describe --tags) .
@@ -32,4 +33,4 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 FROM gcr.io/distroless/static-debian12
 # COPY of a directory keeps the symlink: /cleanup -> sweepd, one binary.
 COPY --from=build /out/ /
-ENTRYPOINT ["/sweepd"]
+ENTRYPOINT ["/cleanup"]

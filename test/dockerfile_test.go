@@ -156,8 +156,10 @@ func TestDockerfileBuild(t *testing.T) {
 	if !strings.HasPrefix(d.finalFrom, "gcr.io/distroless/static") {
 		t.Errorf("final stage FROM %s, want gcr.io/distroless/static*", d.finalFrom)
 	}
-	if d.entrypoint != `["/sweepd"]` {
-		t.Errorf("ENTRYPOINT %s, want [\"/sweepd\"]", d.entrypoint)
+	// spectro-cleanup's manifests give args without a command, or
+	// neither: the entry point must be its /cleanup.
+	if d.entrypoint != `["/cleanup"]` {
+		t.Errorf("ENTRYPOINT %s, want [\"/cleanup\"]", d.entrypoint)
 	}
 	if len(d.copies) != 1 || d.copies[0] != "--from=build /out/ /" {
 		t.Errorf("final stage COPY %q, want the build's /out/ to /", d.copies)
@@ -237,6 +239,14 @@ func TestDockerfileBuild(t *testing.T) {
 	}
 	if viaLink.String() != viaCmd.String() || !strings.Contains(viaLink.String(), "Usage: sweepd cleanup") {
 		t.Errorf("cleanup --help:\n%s\nsweepd cleanup --help:\n%s", viaLink.String(), viaCmd.String())
+	}
+	// A spectro-cleanup manifest with neither command nor args runs the
+	// entry point alone: a cleanup with the defaults (no config mounted
+	// here: nothing to do), not sweepd's usage and exit 2.
+	bare := exec.Command(cleanup)
+	bare.Env = append(os.Environ(), "KUBECONFIG=")
+	if b, err := bare.CombinedOutput(); err != nil || !strings.Contains(string(b), "cleanup summary:") {
+		t.Errorf("cleanup without args: %v\n%s", err, b)
 	}
 	// A bad flag: exit 2 either way.
 	for _, args := range [][]string{{cleanup, "--no-such-flag"}, {sweepd, "cleanup", "--no-such-flag"}} {
