@@ -674,8 +674,10 @@ func TestSelfCleanupPod(t *testing.T) {
 		{"group": "", "version": "v1", "resource": "pods", "name": "cleaner", "namespace": "s1", "mustDelete": true}
 	]`)
 	o := c.options(dir)
-	o.SelfGVR, o.SelfName, o.SelfNamespace = "/v1/pods", "cleaner", "s1"
-	o.ServiceAccount, o.Role, o.RoleBinding = "spectro-cleanup", "spectro-cleanup-role", "spectro-cleanup-rolebinding"
+	o.Self = cleanup.Self{
+		GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Name: "cleaner", Namespace: "s1",
+		ServiceAccount: "spectro-cleanup", Role: "spectro-cleanup-role", RoleBinding: "spectro-cleanup-rolebinding",
+	}
 	// Inspect the ServiceAccount while the run waits for FinalizeCleanup:
 	// once the pod is gone the garbage collector drops its ownerReference.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

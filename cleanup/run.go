@@ -35,11 +35,9 @@ type Options struct {
 	NoDeletionWait   bool
 	Concurrency      int
 
-	// SelfGVR ("group/version/resource"), SelfName and SelfNamespace name
-	// the cleanup workload; self-cleanup runs only when SelfName is set.
-	SelfGVR, SelfName, SelfNamespace  string
-	ServiceAccount, Role, RoleBinding string
-	ClusterRole, ClusterRoleBinding   string
+	// Self is the cleanup workload; self-cleanup runs only when Self.Name
+	// is set.
+	Self Self
 
 	// Globs expands patterns in file paths (FileOptions.Globs).
 	Globs bool
@@ -91,16 +89,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
 		return sum, err
 	}
-	var selfGVR schema.GroupVersionResource
-	if opts.SelfName != "" {
-		if selfGVR, err = ParseGVR(opts.SelfGVR); err != nil {
-			return sum, fmt.Errorf("--self-gvr: %w", err)
-		}
+	if err := opts.Self.Validate(); err != nil {
+		return sum, err
 	}
-	if (opts.ClusterRole == "") != (opts.ClusterRoleBinding == "") {
-		return sum, fmt.Errorf("%w: --cluster-role-name and --cluster-role-binding-name go together", ErrConfig)
-	}
-	log.Info("cleanup starting", "files", len(files), "resources", len(entries), "selfCleanup", opts.SelfName != "", "dryRun", opts.DryRun)
+	log.Info("cleanup starting", "files", len(files), "resources", len(entries), "selfCleanup", opts.Self.Name != "", "dryRun", opts.DryRun)
 
 	var finalize *FinalizeServer
 	if opts.EnableFinalizeServer {
@@ -117,10 +109,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	var (
 		clients      *Clients
 		targets      []Target
-		selfResource schema.GroupResource
+		selfResource schema.GroupVersionResource
 		resolveErr   error
 	)
-	if len(entries) > 0 || opts.SelfName != "" {
+	if len(entries) > 0 || opts.Self.Name != "" {
 		if opts.RESTConfig == nil {
 			return sum, errors.New("no API server configuration")
 		}
@@ -133,7 +125,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		resolve := func() error {
 			var err error
-			targets, selfResource, err = resolveAll(clients.Mapper, entries, opts, selfGVR)
+			targets, selfResource, err = resolveAll(clients.Mapper, entries, opts.Self)
 			return err
 		}
 		if resolveErr = resolve(); errors.Is(resolveErr, ErrConfig) {
@@ -154,27 +146,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
 		return sum, err
 	}
-	var keep []ObjectRef
-	if opts.SelfName != "" {
-		keep = []ObjectRef{{Resource: selfResource, Namespace: opts.SelfNamespace, Name: opts.SelfName}}
-		for _, k := range []struct {
-			gvr  schema.GroupVersionResource
-			ns   string
-			name string
-		}{
-			{serviceAccountGVR, opts.SelfNamespace, opts.ServiceAccount},
-			{roleGVR, opts.SelfNamespace, opts.Role},
-			{roleBindingGVR, opts.SelfNamespace, opts.RoleBinding},
-			{clusterRoleGVR, "", opts.ClusterRole},
-			{clusterRoleBindingGVR, "", opts.ClusterRoleBinding},
-		} {
-			if k.name != "" {
-				keep = append(keep, ObjectRef{Resource: k.gvr.GroupResource(), Namespace: k.ns, Name: k.name})
-			}
-		}
+	self := opts.Self
+	if self.Name != "" {
+		// As discovery spells it: the keep list is matched against it.
+		self.GVR = selfResource
 	}
 	if err := DeleteResources(ctx, dynamicOf(clients), targets, ResourceOptions{
-		Keep:        keep,
+		Keep:        self.Keep(),
 		Blocking:    opts.Blocking,
 		Interval:    opts.DeletionInterval,
 		Timeout:     opts.DeletionTimeout,
@@ -186,19 +164,17 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, err
 	}
 
-	if opts.SelfName == "" {
+	if opts.Self.Name == "" {
 		return sum, nil
 	}
 	if sum.MustFailed() {
 		// Keep the workload (and its RBAC) so the failure stays visible.
-		sum.add(Record{Phase: PhaseSelf, Object: fmt.Sprintf("%s %s/%s", selfGVR.GroupResource(), opts.SelfNamespace, opts.SelfName),
+		sum.add(Record{Phase: PhaseSelf, Object: objectName(self.GVR.GroupResource(), self.Namespace, self.Name),
 			Outcome: Skipped, Reason: "a mustDelete entry failed"})
 		return sum, nil
 	}
 	so := SelfOptions{
-		GVR: selfGVR, Name: opts.SelfName, Namespace: opts.SelfNamespace,
-		ServiceAccount: opts.ServiceAccount, Role: opts.Role, RoleBinding: opts.RoleBinding,
-		ClusterRole: opts.ClusterRole, ClusterRoleBinding: opts.ClusterRoleBinding,
+		Self:            opts.Self,
 		FinalizeTimeout: opts.CleanupTimeout,
 		DryRun:          opts.DryRun,
 		Log:             log,
@@ -214,24 +190,24 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 }
 
 // resolveAll resolves the entries and the self object through discovery and
-// checks their scopes.
-func resolveAll(mapper Mapper, entries []ResourceEntry, opts Options, selfGVR schema.GroupVersionResource) ([]Target, schema.GroupResource, error) {
+// checks their scopes; it returns the self object's GVR as discovery has it.
+func resolveAll(mapper Mapper, entries []ResourceEntry, self Self) ([]Target, schema.GroupVersionResource, error) {
 	targets, err := Resolve(mapper, entries)
 	if err != nil {
-		return nil, schema.GroupResource{}, err
+		return nil, schema.GroupVersionResource{}, err
 	}
-	if opts.SelfName == "" {
-		return targets, schema.GroupResource{}, nil
+	if self.Name == "" {
+		return targets, schema.GroupVersionResource{}, nil
 	}
 	// Check the self object's scope now, before anything is deleted.
-	t, err := resolveGVR(mapper, selfGVR)
+	t, err := resolveGVR(mapper, self.GVR)
 	if err != nil {
-		return nil, schema.GroupResource{}, fmt.Errorf("self object: %w", err)
+		return nil, schema.GroupVersionResource{}, fmt.Errorf("self object: %w", err)
 	}
-	if err := checkSelfScope(t, opts.SelfNamespace); err != nil {
-		return nil, schema.GroupResource{}, err
+	if err := checkSelfScope(t, self.Namespace); err != nil {
+		return nil, schema.GroupVersionResource{}, err
 	}
-	return targets, t.GVR.GroupResource(), nil
+	return targets, t.GVR, nil
 }
 
 // retryFor calls fn until it succeeds, fails with ErrConfig, or d passes.

@@ -32,10 +32,12 @@ var (
 	accessReviewGVR       = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"}
 )
 
-// SelfOptions names the cleanup workload and its RBAC.
-type SelfOptions struct {
-	// GVR, Name and Namespace identify the object the cleanup runs as (a
-	// Job, Pod or DaemonSet).
+// Self names the cleanup workload and the RBAC it runs with: what the
+// self-cleanup removes, and what the resource phase must leave to it.
+// `sweepd cleanup` (a Job, Pod or DaemonSet) and the daemon's uninstall
+// cleanup (its DaemonSet) both describe themselves with it.
+type Self struct {
+	// GVR, Name and Namespace identify the object the cleanup runs as.
 	GVR       schema.GroupVersionResource
 	Name      string
 	Namespace string
@@ -47,6 +49,45 @@ type SelfOptions struct {
 	// ownerReference to the ClusterRole, and one delete of the ClusterRole
 	// takes both. Empty names are skipped.
 	ClusterRole, ClusterRoleBinding string
+}
+
+// Validate checks what can be checked without the API server.
+func (s Self) Validate() error {
+	if (s.ClusterRole == "") != (s.ClusterRoleBinding == "") {
+		return fmt.Errorf("%w: the ClusterRole and ClusterRoleBinding names go together", ErrConfig)
+	}
+	return nil
+}
+
+// Keep lists the self object and its RBAC: the resource phase leaves them to
+// the self-cleanup, since deleting one midway would kill the run or its
+// credentials (older spectro-cleanup configs list the workload as the last
+// entry).
+func (s Self) Keep() []ObjectRef {
+	if s.Name == "" {
+		return nil
+	}
+	keep := []ObjectRef{{Resource: s.GVR.GroupResource(), Namespace: s.Namespace, Name: s.Name}}
+	for _, k := range []struct {
+		gvr      schema.GroupVersionResource
+		ns, name string
+	}{
+		{serviceAccountGVR, s.Namespace, s.ServiceAccount},
+		{roleGVR, s.Namespace, s.Role},
+		{roleBindingGVR, s.Namespace, s.RoleBinding},
+		{clusterRoleGVR, "", s.ClusterRole},
+		{clusterRoleBindingGVR, "", s.ClusterRoleBinding},
+	} {
+		if k.name != "" {
+			keep = append(keep, ObjectRef{Resource: k.gvr.GroupResource(), Namespace: k.ns, Name: k.name})
+		}
+	}
+	return keep
+}
+
+// SelfOptions configures SelfCleanup.
+type SelfOptions struct {
+	Self
 	// Finalize, when not nil, is waited for (up to FinalizeTimeout) before
 	// deleting anything: it is closed by the FinalizeCleanup endpoint.
 	Finalize        <-chan struct{}
@@ -101,8 +142,8 @@ func SelfCleanup(ctx context.Context, c *Clients, opts SelfOptions, sum *Summary
 	if err := checkSelfScope(t, opts.Namespace); err != nil {
 		return err
 	}
-	if (opts.ClusterRole == "") != (opts.ClusterRoleBinding == "") {
-		return fmt.Errorf("%w: the ClusterRole and ClusterRoleBinding names go together", ErrConfig)
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	r.selfGVR = t.GVR
 	r.selfName = objectName(opts.GVR.GroupResource(), opts.Namespace, opts.Name)

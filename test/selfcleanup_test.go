@@ -70,10 +70,10 @@ func installChartDaemonSet(t *testing.T, cp *controlplane.ControlPlane, cs kuber
 		return eagerproxy.Object{GVR: gvr, Name: name}
 	}
 	return selfWorkload{
-		opts: cleanup.SelfOptions{
+		opts: cleanup.SelfOptions{Self: cleanup.Self{
 			GVR: gvrDS, Name: name, Namespace: ns,
 			ServiceAccount: name, Role: name, RoleBinding: name, ClusterRole: name, ClusterRoleBinding: name,
-		},
+		}},
 		token:   saToken(t, cs, ns, name, nil),
 		sa:      obj(gvrSA, true),
 		tracked: []eagerproxy.Object{obj(gvrDS, true)},
@@ -93,11 +93,11 @@ func installJobWorkload(t *testing.T, cp *controlplane.ControlPlane, cs kubernet
 		return eagerproxy.Object{GVR: gvr, Namespace: namespace, Name: name}
 	}
 	return selfWorkload{
-		opts: cleanup.SelfOptions{
+		opts: cleanup.SelfOptions{Self: cleanup.Self{
 			GVR: gvrJob, Name: "spectro-cleanup", Namespace: ns,
 			ServiceAccount: "spectro-cleanup", Role: "spectro-cleanup-role", RoleBinding: "spectro-cleanup-rolebinding",
 			ClusterRole: j.clusterRole, ClusterRoleBinding: j.clusterRole,
-		},
+		}},
 		token:   j.token,
 		sa:      o(gvrSA, ns, "spectro-cleanup"),
 		tracked: []eagerproxy.Object{o(gvrJob, ns, "spectro-cleanup")},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sweep-k8s/sweep/cleanup"
 )
@@ -111,6 +112,8 @@ func TestNodeOnly(t *testing.T) {
 	stop(cancel, done)
 }
 
+var jobGVR = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+
 func TestConfigValidate(t *testing.T) {
 	ok := Config{ConfigDir: "/c", NodeName: "n"}
 	tests := []struct {
@@ -121,12 +124,13 @@ func TestConfigValidate(t *testing.T) {
 		{"minimal", func(*Config) {}, true},
 		{"no dir", func(c *Config) { c.ConfigDir = "" }, false},
 		{"no node", func(c *Config) { c.NodeName = "" }, false},
-		{"DaemonSet without namespace", func(c *Config) { c.DaemonSet = "ds" }, false},
-		{"cluster role alone", func(c *Config) { c.ClusterRole = "cr" }, false},
+		{"DaemonSet without namespace", func(c *Config) { c.Self.Name, c.Self.GVR = "ds", DaemonSetGVR }, false},
+		{"not a DaemonSet", func(c *Config) { c.Self = cleanup.Self{GVR: jobGVR, Name: "j", Namespace: "ns"} }, false},
+		{"cluster role alone", func(c *Config) { c.Self.ClusterRole = "cr" }, false},
 		{"negative timeout", func(c *Config) { c.Timeout = -1 }, false},
 		{"relative root", func(c *Config) { c.AllowedRoots = []string{"host"} }, false},
 		{"full", func(c *Config) {
-			c.DaemonSet, c.Namespace, c.ClusterRole, c.ClusterRoleBinding = "ds", "ns", "cr", "crb"
+			c.Self = cleanup.Self{GVR: DaemonSetGVR, Name: "ds", Namespace: "ns", ClusterRole: "cr", ClusterRoleBinding: "crb"}
 		}, true},
 	}
 	for _, tt := range tests {
@@ -138,7 +142,7 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{ConfigDir: "/c", NodeName: "n", DaemonSet: "ds", Namespace: "ns"}); err == nil {
+	if _, err := New(Config{ConfigDir: "/c", NodeName: "n", Self: cleanup.Self{GVR: DaemonSetGVR, Name: "ds", Namespace: "ns"}}); err == nil {
 		t.Fatal("New without API access succeeded for a DaemonSet")
 	}
 }

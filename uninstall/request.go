@@ -28,14 +28,12 @@ const LabelRequest = "sweep.dev/cleanup-request"
 
 // RequestOptions configures Request.
 type RequestOptions struct {
-	// Namespace holds the DaemonSet and the ConfigMap.
-	Namespace, ConfigMap, DaemonSet string
-	// ServiceAccount, Role and RoleBinding (in Namespace), ClusterRole and
-	// ClusterRoleBinding name the daemons' RBAC, which their self-cleanup
-	// removes with the DaemonSet: Request succeeds only once the named
-	// ones are gone too. Empty names are not checked.
-	ServiceAccount, Role, RoleBinding string
-	ClusterRole, ClusterRoleBinding   string
+	// Self is the daemons' DaemonSet and RBAC, which their self-cleanup
+	// removes: Request succeeds only once the DaemonSet and the named RBAC
+	// objects are gone. Empty RBAC names are not checked.
+	Self cleanup.Self
+	// ConfigMap is the cleanup ConfigMap, in the DaemonSet's namespace.
+	ConfigMap string
 	// FileConfig and ResourceConfig become the ConfigMap's keys; nil
 	// leaves a key out.
 	FileConfig, ResourceConfig []byte
@@ -75,10 +73,10 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
-	dsClient := dc.Resource(DaemonSetGVR).Namespace(o.Namespace)
-	u, err := dsClient.Get(ctx, o.DaemonSet, metav1.GetOptions{})
+	dsClient := dc.Resource(DaemonSetGVR).Namespace(o.Self.Namespace)
+	u, err := dsClient.Get(ctx, o.Self.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		log.Warn("DaemonSet not found: no daemon left to clean up, nothing to wait for", "daemonset", o.Namespace+"/"+o.DaemonSet)
+		log.Warn("DaemonSet not found: no daemon left to clean up, nothing to wait for", "daemonset", o.Self.Namespace+"/"+o.Self.Name)
 		return nil
 	}
 	if err != nil {
@@ -92,7 +90,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	if err := applyConfigMap(ctx, dc, o, ds); err != nil {
 		return err
 	}
-	log.Info("cleanup requested", "configmap", o.Namespace+"/"+o.ConfigMap, "content", h[:12], "daemonset", ds.Name)
+	log.Info("cleanup requested", "configmap", o.Self.Namespace+"/"+o.ConfigMap, "content", h[:12], "daemonset", ds.Name)
 
 	var (
 		st           statusView
@@ -104,7 +102,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	defer tick.Stop()
 	for {
 		if !dsGone {
-			cur, err := dsClient.Get(ctx, o.DaemonSet, metav1.GetOptions{})
+			cur, err := dsClient.Get(ctx, o.Self.Name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err) || (err == nil && (cur.GetUID() != ds.UID || cur.GetDeletionTimestamp() != nil)):
 				dsGone = true
@@ -152,7 +150,7 @@ type statusView struct {
 }
 
 func readStatus(ctx context.Context, dc dynamic.Interface, o RequestOptions, h string) (statusView, error) {
-	l, err := dc.Resource(leaseGVR).Namespace(o.Namespace).Get(ctx, StatusLeaseName(o.DaemonSet), metav1.GetOptions{})
+	l, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).Get(ctx, StatusLeaseName(o.Self.Name), metav1.GetOptions{})
 	if err != nil {
 		return statusView{}, err
 	}
@@ -192,15 +190,15 @@ func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *
 		return false
 	}
 	if withDaemonSet {
-		check(DaemonSetGVR, o.Namespace, o.DaemonSet, func(u *unstructured.Unstructured) bool { return u.GetUID() == ds.UID })
+		check(DaemonSetGVR, o.Self.Namespace, o.Self.Name, func(u *unstructured.Unstructured) bool { return u.GetUID() == ds.UID })
 	}
-	check(serviceAccountGVR, o.Namespace, o.ServiceAccount, nil)
-	check(roleGVR, o.Namespace, o.Role, nil)
-	check(roleBindingGVR, o.Namespace, o.RoleBinding, nil)
-	check(clusterRoleGVR, "", o.ClusterRole, nil)
-	check(clusterRoleBindingGVR, "", o.ClusterRoleBinding, nil)
-	check(configMapGVR, o.Namespace, o.ConfigMap, owned)
-	leases, err := dc.Resource(leaseGVR).Namespace(o.Namespace).List(ctx, metav1.ListOptions{
+	check(serviceAccountGVR, o.Self.Namespace, o.Self.ServiceAccount, nil)
+	check(roleGVR, o.Self.Namespace, o.Self.Role, nil)
+	check(roleBindingGVR, o.Self.Namespace, o.Self.RoleBinding, nil)
+	check(clusterRoleGVR, "", o.Self.ClusterRole, nil)
+	check(clusterRoleBindingGVR, "", o.Self.ClusterRoleBinding, nil)
+	check(configMapGVR, o.Self.Namespace, o.ConfigMap, owned)
+	leases, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name)}).String(),
 	})
 	if err != nil {
@@ -208,7 +206,7 @@ func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *
 	}
 	for i := range leases.Items {
 		if owned(&leases.Items[i]) {
-			left = append(left, objectName(leaseGVR, o.Namespace, leases.Items[i].GetName()))
+			left = append(left, objectName(leaseGVR, o.Self.Namespace, leases.Items[i].GetName()))
 		}
 	}
 	return left
@@ -283,13 +281,13 @@ func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions,
 		data[cleanup.ResourceConfigName] = string(o.ResourceConfig)
 	}
 	owner := ownerRef(ds)
-	cms := dc.Resource(configMapGVR).Namespace(o.Namespace)
+	cms := dc.Resource(configMapGVR).Namespace(o.Self.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cms.Get(ctx, o.ConfigMap, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			cm = &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": data}}
 			cm.SetName(o.ConfigMap)
-			cm.SetNamespace(o.Namespace)
+			cm.SetNamespace(o.Self.Namespace)
 			cm.SetLabels(map[string]string{LabelRequest: "true"})
 			cm.SetOwnerReferences([]metav1.OwnerReference{owner})
 			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
@@ -312,7 +310,7 @@ func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions,
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("create or update ConfigMap %s/%s: %w", o.Namespace, o.ConfigMap, err)
+		return fmt.Errorf("create or update ConfigMap %s/%s: %w", o.Self.Namespace, o.ConfigMap, err)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/sweep-k8s/sweep/cleanup"
 )
 
 // TestWaitBarrierClockSkew: the only report comes from a node whose clock is
@@ -40,7 +42,7 @@ func TestWaitBarrierClockSkew(t *testing.T) {
 		map[schema.GroupVersionResource]string{podGVR: "PodList", leaseGVR: "LeaseList"}, objs...)
 
 	const timeout = 1500 * time.Millisecond
-	c := &Coordinator{dc: dc, cfg: Config{Namespace: ns, Timeout: timeout}}
+	c := &Coordinator{dc: dc, cfg: Config{Self: cleanup.Self{Namespace: ns}, Timeout: timeout}}
 	start := time.Now()
 	b, err := c.waitBarrier(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)), "h1",
 		&daemonSet{Name: name, Namespace: ns, UID: uid, Selector: labels.SelectorFromSet(sel)})

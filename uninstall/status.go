@@ -98,7 +98,7 @@ func (s *status) write(ctx context.Context, ann map[string]string) error {
 // DaemonSet's namespace through the dynamic client, with list options set
 // by tweak.
 func (c *Coordinator) informer(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
-	ri := c.dc.Resource(gvr).Namespace(c.cfg.Namespace)
+	ri := c.dc.Resource(gvr).Namespace(c.cfg.Self.Namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			tweak(&o)

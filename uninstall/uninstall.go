@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -57,13 +56,10 @@ type Config struct {
 	// FileGlobs expands patterns in the file paths (cleanup.FileOptions).
 	FileGlobs bool
 
-	// DaemonSet and Namespace name the DaemonSet this daemon runs in; with
-	// an empty DaemonSet only the node phase runs (e.g. under systemd).
-	DaemonSet, Namespace string
-	// ServiceAccount, Role, RoleBinding, ClusterRole, ClusterRoleBinding are
-	// the DaemonSet's RBAC, removed by the self-cleanup.
-	ServiceAccount, Role, RoleBinding string
-	ClusterRole, ClusterRoleBinding   string
+	// Self is the DaemonSet this daemon runs in (its GVR is DaemonSetGVR)
+	// and its RBAC, removed by the self-cleanup; with an empty Self.Name
+	// only the node phase runs (e.g. under systemd).
+	Self cleanup.Self
 
 	// Timeout is how long the barrier waits for the last node, counted on
 	// the leader's clock from when it first saw a report; default
@@ -86,12 +82,15 @@ func (c Config) Validate() error {
 		return errors.New("cleanup config directory is required")
 	case c.NodeName == "":
 		return errors.New("node name is required")
-	case c.DaemonSet != "" && c.Namespace == "":
+	case c.Self.Name != "" && c.Self.Namespace == "":
 		return errors.New("the DaemonSet's namespace is required")
-	case (c.ClusterRole == "") != (c.ClusterRoleBinding == ""):
-		return errors.New("the cluster role and cluster role binding names go together")
+	case c.Self.Name != "" && c.Self.GVR != DaemonSetGVR:
+		return fmt.Errorf("the self object must be a DaemonSet (%s), not %s", DaemonSetGVR, c.Self.GVR)
 	case c.Timeout < 0 || c.LeaseDuration < 0:
 		return errors.New("timeouts must not be negative")
+	}
+	if err := c.Self.Validate(); err != nil {
+		return err
 	}
 	return cleanup.CheckFilePaths(nil, c.AllowedRoots, false)
 }
@@ -139,7 +138,7 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 	if c.state, err = LoadState(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	if cfg.DaemonSet != "" {
+	if cfg.Self.Name != "" {
 		if c.restConfig == nil {
 			return nil, errors.New("no API server configuration")
 		}
@@ -160,7 +159,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	wopts := c.cfg.Watch
 	wopts.Log = c.log
 	go func() { watchErr <- Watch(ctx, c.cfg.ConfigDir, wopts, snaps) }()
-	c.log.Info("watching the cleanup config directory", "dir", c.cfg.ConfigDir, "daemonset", c.cfg.DaemonSet)
+	c.log.Info("watching the cleanup config directory", "dir", c.cfg.ConfigDir, "daemonset", c.cfg.Self.Name)
 
 	var (
 		curHash   string
@@ -259,7 +258,7 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 		log.Info("node phase already done; reporting again")
 	}
 
-	if c.cfg.DaemonSet == "" {
+	if c.cfg.Self.Name == "" {
 		if len(entries) > 0 {
 			log.Warn(cleanup.ResourceConfigName + " ignored: the cluster phase needs a DaemonSet (--self-name)")
 		}
@@ -293,7 +292,7 @@ func (c *Coordinator) finished(log *slog.Logger, h string, failed int, why strin
 // retries other errors until ctx ends.
 func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*daemonSet, error) {
 	for {
-		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Namespace).Get(ctx, c.cfg.DaemonSet, metav1.GetOptions{})
+		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Self.Namespace).Get(ctx, c.cfg.Self.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -318,7 +317,7 @@ func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*daem
 }
 
 func (c *Coordinator) leases() dynamic.ResourceInterface {
-	return c.dc.Resource(leaseGVR).Namespace(c.cfg.Namespace)
+	return c.dc.Resource(leaseGVR).Namespace(c.cfg.Self.Namespace)
 }
 
 // report records in this node's Lease that it finished content h. It returns
@@ -419,11 +418,11 @@ func (c *Coordinator) follow(ctx context.Context, log *slog.Logger, e *elector, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leases := c.informer(leaseGVR, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(c.cfg.DaemonSet)}).String() +
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(c.cfg.Self.Name)}).String() +
 			"," + LabelRole + " in (" + roleLeader + "," + roleStatus + ")"
 	})
 	dss := c.informer(DaemonSetGVR, func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.DaemonSet).String()
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.Self.Name).String()
 	})
 	changed := make(chan struct{}, 1)
 	for _, inf := range []cache.SharedIndexInformer{leases, dss} {
@@ -442,7 +441,7 @@ func (c *Coordinator) follow(ctx context.Context, log *slog.Logger, e *elector, 
 		for _, l := range unstructuredItems(leases.GetStore().List()) {
 			a := l.GetAnnotations()
 			switch {
-			case l.GetName() == StatusLeaseName(c.cfg.DaemonSet) && a[AnnotationContent] == h && a[AnnotationPhase] == PhaseSelf:
+			case l.GetName() == StatusLeaseName(c.cfg.Self.Name) && a[AnnotationContent] == h && a[AnnotationPhase] == PhaseSelf:
 				return true, nil
 			case l.GetName() == e.name:
 				leader = l
@@ -550,7 +549,7 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 			return false, err
 		}
 		if err := cleanup.DeleteResources(ctx, c.dc, targets, cleanup.ResourceOptions{
-			Blocking: true, Timeout: c.cfg.DeletionTimeout, Keep: c.keep(), Log: log,
+			Blocking: true, Timeout: c.cfg.DeletionTimeout, Keep: c.cfg.Self.Keep(), Log: log,
 		}, sum); err != nil {
 			return false, err
 		}
@@ -583,9 +582,7 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 	// record a failure.
 	sum := &cleanup.Summary{}
 	if err := cleanup.SelfCleanup(ctx, c.clients, cleanup.SelfOptions{
-		GVR: DaemonSetGVR, Name: ds.Name, Namespace: ds.Namespace,
-		ServiceAccount: c.cfg.ServiceAccount, Role: c.cfg.Role, RoleBinding: c.cfg.RoleBinding,
-		ClusterRole: c.cfg.ClusterRole, ClusterRoleBinding: c.cfg.ClusterRoleBinding,
+		Self:                    c.cfg.Self,
 		BeforeClusterRoleDelete: st.markClusterRoleDeleted, ClusterRoleDeleted: st.clusterRoleDeleted,
 		Log: log,
 	}, sum); err != nil {
@@ -610,28 +607,6 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 	}
 	log.Info("DaemonSet and its RBAC deleted, or left to the garbage collector")
 	return true, nil
-}
-
-// keep lists the DaemonSet and its RBAC, which resource entries must not
-// delete: they go last, in the self-cleanup.
-func (c *Coordinator) keep() []cleanup.ObjectRef {
-	const rbac = "rbac.authorization.k8s.io"
-	keep := []cleanup.ObjectRef{{Resource: DaemonSetGVR.GroupResource(), Namespace: c.cfg.Namespace, Name: c.cfg.DaemonSet}}
-	for _, k := range []struct {
-		gr       schema.GroupResource
-		ns, name string
-	}{
-		{schema.GroupResource{Resource: "serviceaccounts"}, c.cfg.Namespace, c.cfg.ServiceAccount},
-		{schema.GroupResource{Group: rbac, Resource: "roles"}, c.cfg.Namespace, c.cfg.Role},
-		{schema.GroupResource{Group: rbac, Resource: "rolebindings"}, c.cfg.Namespace, c.cfg.RoleBinding},
-		{schema.GroupResource{Group: rbac, Resource: "clusterroles"}, "", c.cfg.ClusterRole},
-		{schema.GroupResource{Group: rbac, Resource: "clusterrolebindings"}, "", c.cfg.ClusterRoleBinding},
-	} {
-		if k.name != "" {
-			keep = append(keep, cleanup.ObjectRef{Resource: k.gr, Namespace: k.ns, Name: k.name})
-		}
-	}
-	return keep
 }
 
 // event records an Event on the DaemonSet; failures are logged only.

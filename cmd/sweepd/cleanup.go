@@ -28,19 +28,21 @@ func (s *stringList) Set(v string) error {
 func cleanupCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 	kube := addKubeFlags(fs)
 	o := cleanup.Options{}
+	self := &o.Self
 	var (
 		roots                                     stringList
+		selfGVR                                   string
 		intervalSecs, timeoutSecs, cleanupTimeout int
 		debug                                     bool
 	)
-	fs.StringVar(&o.SelfGVR, "self-gvr", "", "group/version/resource of the cleanup workload (empty group for core: /v1/pods)")
-	fs.StringVar(&o.SelfName, "self-name", "", "name of the cleanup workload; enables self-cleanup")
-	fs.StringVar(&o.SelfNamespace, "self-namespace", "", "namespace of the cleanup workload")
-	fs.StringVar(&o.ServiceAccount, "sa-name", cleanup.DefaultServiceAccount, "ServiceAccount of the cleanup workload, garbage-collected after it")
-	fs.StringVar(&o.Role, "role-name", cleanup.DefaultRole, "Role of the cleanup workload, garbage-collected after it")
-	fs.StringVar(&o.RoleBinding, "role-binding-name", cleanup.DefaultRoleBinding, "RoleBinding of the cleanup workload, garbage-collected after it")
-	fs.StringVar(&o.ClusterRole, "cluster-role-name", "", "ClusterRole of the cleanup workload, deleted with it")
-	fs.StringVar(&o.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the cleanup workload, deleted with it")
+	fs.StringVar(&selfGVR, "self-gvr", "", "group/version/resource of the cleanup workload (empty group for core: /v1/pods)")
+	fs.StringVar(&self.Name, "self-name", "", "name of the cleanup workload; enables self-cleanup")
+	fs.StringVar(&self.Namespace, "self-namespace", "", "namespace of the cleanup workload")
+	fs.StringVar(&self.ServiceAccount, "sa-name", cleanup.DefaultServiceAccount, "ServiceAccount of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&self.Role, "role-name", cleanup.DefaultRole, "Role of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&self.RoleBinding, "role-binding-name", cleanup.DefaultRoleBinding, "RoleBinding of the cleanup workload, garbage-collected after it")
+	fs.StringVar(&self.ClusterRole, "cluster-role-name", "", "ClusterRole of the cleanup workload, deleted with it unless it is shared or built in")
+	fs.StringVar(&self.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the cleanup workload, deleted with its ClusterRole")
 	fs.BoolVar(&o.Blocking, "blocking-deletion", true, "wait until each entry's objects are gone before the next entry")
 	fs.IntVar(&intervalSecs, "deletion-interval-seconds", 2, "poll interval in seconds when the wait cannot watch")
 	fs.IntVar(&timeoutSecs, "deletion-timeout-seconds", 300, "how long to wait for one entry's objects to be gone, in seconds; 0 checks once, right after the deletes")
@@ -67,14 +69,22 @@ func cleanupCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 				return exitUsage
 			}
 		}
+		if self.Name != "" {
+			gvr, err := cleanup.ParseGVR(selfGVR)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "sweepd cleanup: --self-gvr: %v\n", err)
+				return exitUsage
+			}
+			self.GVR = gvr
+		}
 		// spectro-cleanup fills the other name from its default.
 		switch {
-		case o.ClusterRole != "" && o.ClusterRoleBinding == "":
-			o.ClusterRoleBinding = cleanup.DefaultRoleBinding
-			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "clusterRoleBinding", o.ClusterRoleBinding)
-		case o.ClusterRole == "" && o.ClusterRoleBinding != "":
-			o.ClusterRole = cleanup.DefaultRole
-			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "clusterRole", o.ClusterRole)
+		case self.ClusterRole != "" && self.ClusterRoleBinding == "":
+			self.ClusterRoleBinding = cleanup.DefaultRoleBinding
+			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "clusterRoleBinding", self.ClusterRoleBinding)
+		case self.ClusterRole == "" && self.ClusterRoleBinding != "":
+			self.ClusterRole = cleanup.DefaultRole
+			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "clusterRole", self.ClusterRole)
 		}
 		if o.FinalizePort < 0 || o.FinalizePort > 65535 {
 			fmt.Fprintf(e.stderr, "sweepd cleanup: --grpc-port %d out of range\n", o.FinalizePort)

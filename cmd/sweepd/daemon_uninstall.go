@@ -33,13 +33,14 @@ func addDaemonUninstallFlags(fs *flag.FlagSet) *daemonUninstallFlags {
 	// the wait before self-deletion: kept, under a name of its own.
 	fs.IntVar(&f.timeoutSec, "cleanup-timeout", int(uninstall.DefaultTimeout/time.Second), "deprecated: use --cleanup-barrier-timeout")
 	fs.StringVar(&f.selfGVR, "self-gvr", "apps/v1/daemonsets", "group/version/resource of the daemon's workload; only a DaemonSet is supported")
-	fs.StringVar(&c.DaemonSet, "self-name", "", "name of the daemon's DaemonSet; enables the coordinated cluster phase (resources, then self-cleanup)")
-	fs.StringVar(&c.Namespace, "self-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet; default $POD_NAMESPACE")
-	fs.StringVar(&c.ServiceAccount, "sa-name", "", "ServiceAccount of the DaemonSet, garbage-collected after it")
-	fs.StringVar(&c.Role, "role-name", "", "Role of the DaemonSet, garbage-collected after it")
-	fs.StringVar(&c.RoleBinding, "role-binding-name", "", "RoleBinding of the DaemonSet, garbage-collected after it")
-	fs.StringVar(&c.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet, deleted with it")
-	fs.StringVar(&c.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet, deleted with it")
+	self := &c.Self
+	fs.StringVar(&self.Name, "self-name", "", "name of the daemon's DaemonSet; enables the coordinated cluster phase (resources, then self-cleanup)")
+	fs.StringVar(&self.Namespace, "self-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet; default $POD_NAMESPACE")
+	fs.StringVar(&self.ServiceAccount, "sa-name", "", "ServiceAccount of the DaemonSet, garbage-collected after it")
+	fs.StringVar(&self.Role, "role-name", "", "Role of the DaemonSet, garbage-collected after it")
+	fs.StringVar(&self.RoleBinding, "role-binding-name", "", "RoleBinding of the DaemonSet, garbage-collected after it")
+	fs.StringVar(&self.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet, deleted with it unless it is shared or built in")
+	fs.StringVar(&self.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet, deleted with its ClusterRole")
 	fs.Var(&f.roots, "allowed-root", "directory the uninstall cleanup's files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
 	fs.BoolVar(&c.FileGlobs, "cleanup-file-globs", false, "expand shell patterns (*, ?, [...]) in the uninstall cleanup's file-config.json; without it every path is literal")
 	fs.DurationVar(&c.LeaseDuration, "cleanup-lease-duration", uninstall.DefaultLeaseDuration, "duration of the Lease that elects the daemon running the cluster phase")
@@ -59,7 +60,7 @@ func (f *daemonUninstallFlags) validate(node, stateDir string) error {
 	if f.timeoutSec <= 0 {
 		return errors.New("--cleanup-barrier-timeout must be positive")
 	}
-	if f.cfg.DaemonSet != "" {
+	if f.cfg.Self.Name != "" {
 		gvr, err := cleanup.ParseGVR(f.selfGVR)
 		if err != nil {
 			return fmt.Errorf("--self-gvr: %w", err)
@@ -67,6 +68,7 @@ func (f *daemonUninstallFlags) validate(node, stateDir string) error {
 		if gvr != uninstall.DaemonSetGVR {
 			return fmt.Errorf("--self-gvr %s: the daemon's uninstall cleanup supports apps/v1/daemonsets only", f.selfGVR)
 		}
+		f.cfg.Self.GVR = gvr
 		if f.cfg.LeaseDuration < 3*time.Second {
 			return errors.New("--cleanup-lease-duration must be at least 3s")
 		}

@@ -24,19 +24,20 @@ func uninstallCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 	kube := addKubeFlags(fs)
 	var o uninstall.RequestOptions
 	var sourceDir string
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
+	fs.StringVar(&o.Self.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
 	fs.StringVar(&o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
-	fs.StringVar(&o.DaemonSet, "daemonset", "", "name of the daemons' DaemonSet")
-	fs.StringVar(&o.ServiceAccount, "sa-name", "", "ServiceAccount of the DaemonSet; success waits until it is gone too")
-	fs.StringVar(&o.Role, "role-name", "", "Role of the DaemonSet; success waits until it is gone too")
-	fs.StringVar(&o.RoleBinding, "role-binding-name", "", "RoleBinding of the DaemonSet; success waits until it is gone too")
-	fs.StringVar(&o.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet; success waits until it is gone too")
-	fs.StringVar(&o.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Self.Name, "daemonset", "", "name of the daemons' DaemonSet")
+	fs.StringVar(&o.Self.ServiceAccount, "sa-name", "", "ServiceAccount of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Self.Role, "role-name", "", "Role of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Self.RoleBinding, "role-binding-name", "", "RoleBinding of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Self.ClusterRole, "cluster-role-name", "", "ClusterRole of the DaemonSet; success waits until it is gone too")
+	fs.StringVar(&o.Self.ClusterRoleBinding, "cluster-role-binding-name", "", "ClusterRoleBinding of the DaemonSet; success waits until it is gone too")
 	fs.StringVar(&sourceDir, "source-dir", "/etc/sweep/uninstall", "directory with file-config.json and/or resource-config.json")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long to wait for the daemons to finish")
 	return func(ctx context.Context, e *env) int {
+		o.Self.GVR = uninstall.DaemonSetGVR
 		switch {
-		case o.Namespace == "" || o.ConfigMap == "" || o.DaemonSet == "":
+		case o.Self.Namespace == "" || o.ConfigMap == "" || o.Self.Name == "":
 			fmt.Fprintln(e.stderr, "sweepd uninstall: --namespace, --configmap and --daemonset are required")
 			return exitUsage
 		case o.Timeout <= 0:
