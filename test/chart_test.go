@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,13 +334,190 @@ func TestChartRender(t *testing.T) {
 		if !strings.Contains(data["file-config.json"], "/host/opt/cni/bin/multus") || !strings.Contains(data["resource-config.json"], "network-attachment-definitions.k8s.cni.cncf.io") {
 			t.Errorf("uninstall ConfigMap data = %v", data)
 		}
-		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall",
+		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ResourceQuota/" + name + "-priority", "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall",
 			"ClusterRole/" + name + "-uninstall", "ClusterRoleBinding/" + name + "-uninstall"} {
 			if !slices.Contains(kinds(objs), o) {
 				t.Errorf("no %s in %v", o, kinds(objs))
 			}
 		}
 	})
+}
+
+// TestChartPlacementAndMetadata checks the values that make the chart
+// install anywhere (Linux, non-virtual nodes; a hook Job that can be
+// scheduled where the daemons are) and fit umbrella charts and GitOps
+// (commonLabels, global.*, annotations). Each case would fail if its default
+// or its override broke.
+func TestChartPlacementAndMetadata(t *testing.T) {
+	virtualNodes := map[string]string{"type": "virtual-kubelet", "eks.amazonaws.com/compute-type": "fargate"}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		check func(t *testing.T, objs []*unstructured.Unstructured)
+	}{
+		{"defaults: Linux, no virtual nodes, crash logs, history", nil, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, c := daemonPod(t, objs, "rel-sweep")
+			if want := map[string]string{"kubernetes.io/os": "linux"}; !maps.Equal(spec.NodeSelector, want) {
+				t.Errorf("nodeSelector = %v, want %v", spec.NodeSelector, want)
+			}
+			if got := notInExpressions(spec.Affinity); !maps.Equal(got, virtualNodes) {
+				t.Errorf("affinity excludes %v, want %v", got, virtualNodes)
+			}
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("terminationMessagePolicy = %q", c.TerminationMessagePolicy)
+			}
+			if spec.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName = %q", spec.PriorityClassName)
+			}
+			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			if n, _, _ := unstructured.NestedFieldNoCopy(ds.Object, "spec", "revisionHistoryLimit"); fmt.Sprint(n) != "10" {
+				t.Errorf("revisionHistoryLimit = %v, want 10", n)
+			}
+			if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ResourceQuota" }) {
+				t.Error("ResourceQuota without priorityClassResourceQuota.enabled")
+			}
+		}},
+		{"node selector and affinity can be dropped", []string{"--set", "nodeSelector=null", "--set", "affinity=null"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, _ := daemonPod(t, objs, "rel-sweep")
+			if spec.NodeSelector != nil || spec.Affinity != nil {
+				t.Errorf("nodeSelector %v, affinity %v; want none", spec.NodeSelector, spec.Affinity)
+			}
+		}},
+		{"hook Job is scheduled like the daemons", []string{"--set", "uninstall.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, c := jobPod(t, objs, "rel-sweep-uninstall")
+			ds, _ := daemonPod(t, objs, "rel-sweep")
+			if !equalJSON(spec.Tolerations, ds.Tolerations) || !maps.Equal(spec.NodeSelector, ds.NodeSelector) || !equalJSON(spec.Affinity, ds.Affinity) {
+				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want the daemon's %v, %v, %v",
+					spec.Tolerations, spec.NodeSelector, spec.Affinity, ds.Tolerations, ds.NodeSelector, ds.Affinity)
+			}
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("hook Job terminationMessagePolicy = %q", c.TerminationMessagePolicy)
+			}
+		}},
+		{"hook Job's own scheduling", []string{"--set", "uninstall.enabled=true", "--set-json", "uninstall.tolerations=[]",
+			"--set", "uninstall.nodeSelector.pool=system", "--set-json", `uninstall.affinity={}`}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, _ := jobPod(t, objs, "rel-sweep-uninstall")
+			if len(spec.Tolerations) != 0 || !maps.Equal(spec.NodeSelector, map[string]string{"pool": "system"}) || spec.Affinity != nil {
+				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want none, pool=system, none", spec.Tolerations, spec.NodeSelector, spec.Affinity)
+			}
+			if ds, _ := daemonPod(t, objs, "rel-sweep"); len(ds.Tolerations) != 1 || ds.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("the hook's values changed the daemon: %v, %v", ds.Tolerations, ds.NodeSelector)
+			}
+		}},
+		{"commonLabels on every object, not in selectors", []string{"--values", chartAllValues, "--set", "commonLabels.team=platform",
+			"--set", "commonLabels.app\\.kubernetes\\.io/name=other"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			for _, o := range objs {
+				if l := o.GetLabels(); l["team"] != "platform" || l["app.kubernetes.io/name"] != "sweep" {
+					t.Errorf("%s/%s labels %v: want team=platform and app.kubernetes.io/name=sweep", o.GetKind(), o.GetName(), l)
+				}
+			}
+			ds := findObject(t, objs, "DaemonSet", "sweep-all")
+			sel, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
+			if _, ok := sel["team"]; ok {
+				t.Errorf("selector %v has a common label: it is immutable", sel)
+			}
+			for _, kind := range []string{"DaemonSet", "Job"} {
+				name := map[string]string{"DaemonSet": "sweep-all", "Job": "sweep-all-uninstall"}[kind]
+				l, _, _ := unstructured.NestedStringMap(findObject(t, objs, kind, name).Object, "spec", "template", "metadata", "labels")
+				if l["team"] != "platform" {
+					t.Errorf("%s pod template labels %v lack team=platform", kind, l)
+				}
+			}
+		}},
+		{"global registry and pull secrets", []string{"--values", chartAllValues, "--set", "global.imageRegistry=mirror.example:5000",
+			"--set", "global.imagePullSecrets[0]=mirror", "--set", "global.imagePullSecrets[1].name=registry-credentials"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			want := []corev1.LocalObjectReference{{Name: "registry-credentials"}, {Name: "mirror"}}
+			ds, dc := daemonPod(t, objs, "sweep-all")
+			job, jc := jobPod(t, objs, "sweep-all-uninstall")
+			for _, p := range []struct {
+				spec corev1.PodSpec
+				c    corev1.Container
+			}{{ds, dc}, {job, jc}} {
+				if !slices.Equal(p.spec.ImagePullSecrets, want) {
+					t.Errorf("imagePullSecrets = %v, want %v", p.spec.ImagePullSecrets, want)
+				}
+				if !strings.HasPrefix(p.c.Image, "mirror.example:5000/sweep/sweep@sha256:") {
+					t.Errorf("image = %s, want the registry of registry.example.com/sweep/sweep replaced", p.c.Image)
+				}
+			}
+		}},
+		{"global registry in front of a repository without one", []string{"--set", "global.imageRegistry=mirror.example", "--set", "image.repository=sweep-k8s/sweep"},
+			func(t *testing.T, objs []*unstructured.Unstructured) {
+				if _, c := daemonPod(t, objs, "rel-sweep"); c.Image != "mirror.example/sweep-k8s/sweep:0.1.0" {
+					t.Errorf("image = %s", c.Image)
+				}
+			}},
+		{"umbrella chart's enabled, DaemonSet annotations, history", []string{"--set", "enabled=true", "--set", "daemonsetAnnotations.example\\.com/owner=platform",
+			"--set", "revisionHistoryLimit=3"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			if ds.GetAnnotations()["example.com/owner"] != "platform" {
+				t.Errorf("DaemonSet annotations = %v", ds.GetAnnotations())
+			}
+			if n, _, _ := unstructured.NestedFieldNoCopy(ds.Object, "spec", "revisionHistoryLimit"); fmt.Sprint(n) != "3" {
+				t.Errorf("revisionHistoryLimit = %v, want 3", n)
+			}
+		}},
+		{"ResourceQuota for the priority class", []string{"--set", "priorityClassResourceQuota.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			q := findObject(t, objs, "ResourceQuota", "rel-sweep-priority")
+			var rq corev1.ResourceQuota
+			if err := runtimeConvert(q.Object, &rq); err != nil {
+				t.Fatal(err)
+			}
+			s := rq.Spec.ScopeSelector
+			if s == nil || len(s.MatchExpressions) != 1 || s.MatchExpressions[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
+				s.MatchExpressions[0].Operator != corev1.ScopeSelectorOpIn || !slices.Equal(s.MatchExpressions[0].Values, []string{"system-node-critical"}) {
+				t.Errorf("scopeSelector = %+v, want PriorityClass In [system-node-critical]", s)
+			}
+			if pods := rq.Spec.Hard[corev1.ResourcePods]; pods.Value() < 1000 {
+				t.Errorf("hard pods = %s, want room for one pod per node", pods.String())
+			}
+		}},
+		{"no quota without a priority class", []string{"--set", "priorityClassResourceQuota.enabled=true", "--set", "priorityClassName="}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ResourceQuota" }) {
+				t.Error("ResourceQuota without a priority class")
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.check(t, decodeObjects(t, renderChart(t, c.flags...)))
+		})
+	}
+}
+
+// notInExpressions returns the NotIn expressions of the required node
+// affinity (key to its single value), the terms the default uses to keep
+// pods off virtual nodes.
+func notInExpressions(a *corev1.Affinity) map[string]string {
+	got := map[string]string{}
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return got
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Operator == corev1.NodeSelectorOpNotIn && len(e.Values) == 1 {
+				got[e.Key] = e.Values[0]
+			}
+		}
+	}
+	return got
+}
+
+// equalJSON reports whether a and b encode to the same JSON.
+func equalJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// jobPod returns the pod spec and container of the Job name.
+func jobPod(t *testing.T, objs []*unstructured.Unstructured, name string) (corev1.PodSpec, corev1.Container) {
+	t.Helper()
+	pod, _, _ := unstructured.NestedMap(findObject(t, objs, "Job", name).Object, "spec", "template", "spec")
+	var spec corev1.PodSpec
+	if err := runtimeConvert(pod, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec, spec.Containers[0]
 }
 
 // daemonPod returns the pod spec and container of the DaemonSet name.
