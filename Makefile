@@ -3,7 +3,9 @@
 GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSION) \
+	-X github.com/sweep-k8s/sweep/internal/version.revision=$(REVISION)
 # Integration tests start real control planes; a cold, race-enabled run on two
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
