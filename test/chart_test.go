@@ -748,9 +748,9 @@ tests:
     input_series:
       # Node a: 5 % of inodes free, a failure every minute, never a success
       # since its start at time 0.
-      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.1:9742",node="a"}'
+      - series: 'sweep_multus_filesystem_files_free{job="sweep",instance="10.0.0.1:9742",node="a"}'
         values: '50x300'
-      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.1:9742",node="a"}'
+      - series: 'sweep_multus_filesystem_files{job="sweep",instance="10.0.0.1:9742",node="a"}'
         values: '1000x300'
       - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.1:9742",node="a"}'
         values: '0+1x300'
@@ -761,9 +761,9 @@ tests:
       - series: 'sweep_build_info{job="sweep",instance="10.0.0.1:9742",node="a",version="v1"}'
         values: '1x300'
       # Node b: healthy, a success every minute.
-      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.2:9742",node="b"}'
+      - series: 'sweep_multus_filesystem_files_free{job="sweep",instance="10.0.0.2:9742",node="b"}'
         values: '900x300'
-      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.2:9742",node="b"}'
+      - series: 'sweep_multus_filesystem_files{job="sweep",instance="10.0.0.2:9742",node="b"}'
         values: '1000x300'
       - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.2:9742",node="b"}'
         values: '3x300'
