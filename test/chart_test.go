@@ -720,95 +720,123 @@ func TestChartApply(t *testing.T) {
 	}
 }
 
-// TestChartPrometheusRules checks the rendered alerts with promtool: the
-// rules parse, and each alert fires on the series it is about (node a) and
-// stays quiet on a healthy daemon (node b).
+// TestChartPrometheusRules proves every alert with promtool: the rendered
+// rules parse, and each alert has a rules test in testdata/prometheusrules
+// (named after it) that shows when it fires and when it stays quiet. The
+// table checks the values that shape the rules: per-alert enable and
+// severity, additionalRules.
 func TestChartPrometheusRules(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	objs := decodeObjects(t, renderChart(t, "--set", "metrics.prometheusRule.enabled=true"))
-	spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
-	dir := t.TempDir()
-	rules, err := json.Marshal(spec) // {"groups": [...]}: a Prometheus rule file
-	if err != nil {
-		t.Fatal(err)
+	// rules renders the PrometheusRule and writes its spec, a Prometheus
+	// rule file, to dir/rules.json; it returns the rules by alert or record
+	// name.
+	rules := func(t *testing.T, dir string, flags ...string) map[string]map[string]any {
+		t.Helper()
+		objs := decodeObjects(t, renderChart(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, flags...)...))
+		spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
+		data, err := json.Marshal(spec) // {"groups": [...]}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "rules.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
+		byName := map[string]map[string]any{}
+		groups, _, _ := unstructured.NestedSlice(spec, "groups")
+		for _, g := range groups {
+			rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+			for _, r := range rs {
+				r := r.(map[string]any)
+				name, _ := r["alert"].(string)
+				if name == "" {
+					name, _ = r["record"].(string)
+				}
+				byName[name] = r
+			}
+		}
+		return byName
 	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.json"), rules, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
 
-	const runbook = "https://github.com/sweep-k8s/sweep#troubleshooting"
-	tests := `rule_files: [rules.json]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      # Node a: 5 % of inodes free, a failure every minute, never a success
-      # since its start at time 0.
-      - series: 'sweep_multus_filesystem_files_free{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '50x300'
-      - series: 'sweep_multus_filesystem_files{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '1000x300'
-      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0+1x300'
-      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0x300'
-      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0x300'
-      - series: 'sweep_build_info{job="sweep",instance="10.0.0.1:9742",node="a",version="v1"}'
-        values: '1x300'
-      # Node b: healthy, a success every minute.
-      - series: 'sweep_multus_filesystem_files_free{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '900x300'
-      - series: 'sweep_multus_filesystem_files{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '1000x300'
-      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '3x300'
-      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '0+60x300'
-      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '0x300'
-      - series: 'sweep_build_info{job="sweep",instance="10.0.0.2:9742",node="b",version="v1"}'
-        values: '1x300'
-    alert_rule_test:
-      - eval_time: 10m
-        alertname: SweepMultusInodesLow
-        exp_alerts: []
-      - eval_time: 4h
-        alertname: SweepMultusInodesLow
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: Few free inodes on the filesystem of the multus cache.
-              description: "node a: 5% of the inodes of the filesystem holding the multus cache are free."
-              runbook_url: ` + runbook + `
-      - eval_time: 4h
-        alertname: SweepPruneFailing
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: sweep's prune of the multus cache is failing.
-              description: 'node a: prune runs failed in the last hour; see the daemon''s log (level ERROR, "prune stopped").'
-              runbook_url: ` + runbook + `
-      - eval_time: 2h
-        alertname: SweepPruneStale
-        exp_alerts: []
-      - eval_time: 4h
-        alertname: SweepPruneStale
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: No successful prune of the multus cache for too long.
-              description: "node a: the last successful prune was 4h 0m 0s ago."
-              runbook_url: ` + runbook + `
-`
-	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte(tests), 0o644); err != nil {
-		t.Fatal(err)
+	t.Run("every alert is proven by a rules test", func(t *testing.T) {
+		dir := t.TempDir()
+		alerts := rules(t, dir)
+		tests, err := filepath.Glob("testdata/prometheusrules/*.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range alerts {
+			file := "testdata/prometheusrules/" + name + ".yaml"
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Errorf("alert %s has no rules test: %v", name, err)
+				continue
+			}
+			// It must show the alert firing, not only quiet.
+			if !strings.Contains(string(data), "alertname: "+name) || !strings.Contains(string(data), "exp_labels:") {
+				t.Errorf("%s does not show %s firing", file, name)
+			}
+		}
+		args := []string{"test", "rules"}
+		for _, f := range tests {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Next to rules.json, which the tests name relative to themselves.
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, filepath.Join(dir, filepath.Base(f)))
+		}
+		t.Logf("promtool test rules:\n%s", runTool(t, nil, promtool, args...))
+	})
+
+	all := []string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing", "SweepPruneStale"}
+	for _, c := range []struct {
+		name     string
+		flags    []string
+		want     []string          // the rules' names
+		severity map[string]string // alert to severity, where not warning
+	}{
+		{"defaults", nil, all, nil},
+		{"an alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"},
+			[]string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
+		{"severity per alert", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.severity=critical"},
+			all, map[string]string{"SweepMultusInodesLow": "critical"}},
+		{"additional rules", []string{"--set-json", `metrics.prometheusRule.additionalRules=[{"alert":"SweepPodViewStale","expr":"sweep_pod_view_fresh == 0","for":"30m","labels":{"severity":"info"}},{"record":"node:sweep_stale_files:sum","expr":"sum by (node) (sweep_prune_stale_files)"}]`},
+			append(slices.Clone(all), "SweepPodViewStale", "node:sweep_stale_files:sum"), map[string]string{"SweepPodViewStale": "info"}},
+		{"every alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepMultusInodesFillingUp.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepPruneFailing.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"}, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := rules(t, t.TempDir(), c.flags...)
+			var names []string
+			for name, r := range got {
+				names = append(names, name)
+				if _, ok := r["alert"]; !ok {
+					continue
+				}
+				want := "warning"
+				if s, ok := c.severity[name]; ok {
+					want = s
+				}
+				if s, _, _ := unstructured.NestedString(r, "labels", "severity"); s != want {
+					t.Errorf("%s severity %q, want %q", name, s, want)
+				}
+			}
+			slices.Sort(names)
+			want := slices.Sorted(slices.Values(c.want))
+			if !slices.Equal(names, want) {
+				t.Errorf("rules %v, want %v", names, want)
+			}
+		})
 	}
-	runTool(t, nil, promtool, "test", "rules", filepath.Join(dir, "tests.yaml"))
 }
 
 func runtimeConvert(in map[string]any, out any) error {

@@ -122,3 +122,17 @@ ones: the same host path may be mounted by both.
 {{- define "sweep.cniHostPathVolume" -}}
 {{- printf "cni-%s" (sha256sum . | trunc 10) }}
 {{- end }}
+
+{{/*
+An alert's for and labels: its own for, else prometheusRule.for; its
+severity, then alertLabels. Called with a dict of r (prometheusRule) and a
+(the alert's values).
+*/}}
+{{- define "sweep.alertCommon" -}}
+for: {{ default .r.for .a.for }}
+labels:
+  severity: {{ .a.severity }}
+  {{- with .r.alertLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
