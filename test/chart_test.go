@@ -901,3 +901,41 @@ func TestChartValuesDocumented(t *testing.T) {
 		commented = false
 	}
 }
+
+// TestChartMetadata checks what Artifact Hub and a reviewer read first: the
+// license of the repository and of the chart agree, and the image the chart
+// declares is the one its appVersion installs.
+func TestChartMetadata(t *testing.T) {
+	data, err := os.ReadFile(chartDir + "/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion  string              `json:"appVersion"`
+		Maintainers []map[string]string `json:"maintainers"`
+		Annotations map[string]string   `json:"annotations"`
+	}
+	if err := utilyaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	license, err := os.ReadFile("../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`Apache License\s+Version 2\.0, January 2004`).Match(license) || !strings.Contains(string(license), "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the full Apache-2.0 text")
+	}
+	if got := chart.Annotations["artifacthub.io/license"]; got != "Apache-2.0" {
+		t.Errorf("artifacthub.io/license = %q, want Apache-2.0 as in LICENSE", got)
+	}
+	if len(chart.Maintainers) == 0 {
+		t.Error("no maintainers in Chart.yaml")
+	}
+	var images []struct{ Name, Image string }
+	if err := utilyaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/images"]), &images); err != nil {
+		t.Fatalf("artifacthub.io/images: %v", err)
+	}
+	if want := "ghcr.io/sweep-k8s/sweep:" + chart.AppVersion; len(images) != 1 || images[0].Image != want {
+		t.Errorf("artifacthub.io/images = %+v, want %s (the appVersion)", images, want)
+	}
+}
