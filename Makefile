@@ -48,10 +48,12 @@ unit:
 clean:
 	rm -rf $(BIN)
 
-# Regenerate the README's flag reference from the commands' --help;
-# test/docs_test.go fails while it is stale.
+# Regenerate the README's flag reference from the commands' --help, and the
+# chart's README from its values.yaml with helm-docs; test/docs_test.go and
+# test/chart_test.go fail while either is stale.
 docs:
-	SWEEP_UPDATE_README=1 $(GO) test -count=1 -run '^TestREADMEFlagReference$$' ./test/
+	hack/build-tools.sh helm-docs
+	SWEEP_UPDATE_README=1 $(GO) test -count=1 -run '^(TestREADMEFlagReference|TestChartREADME)$$' ./test/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics.

@@ -939,3 +939,33 @@ func TestChartMetadata(t *testing.T) {
 		t.Errorf("artifacthub.io/images = %+v, want %s (the appVersion)", images, want)
 	}
 }
+
+// TestChartREADME keeps charts/sweep/README.md equal to what helm-docs
+// generates from values.yaml, Chart.yaml and README.md.gotmpl. `make docs`
+// (SWEEP_UPDATE_README=1) rewrites it.
+func TestChartREADME(t *testing.T) {
+	// helm-docs writes README.md next to the chart it finds: a copy, so
+	// that the test never changes the tree unless asked to.
+	root := t.TempDir()
+	runTool(t, nil, "cp", "-r", chartDir, filepath.Join(root, "sweep"))
+	runTool(t, nil, tool(t, "helm-docs"), "--chart-search-root", root, "--log-level", "warning")
+	want, err := os.ReadFile(filepath.Join(root, "sweep", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, err := os.ReadFile(chartDir + "/README.md")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if bytes.Equal(current, want) {
+		return
+	}
+	if os.Getenv("SWEEP_UPDATE_README") == "1" {
+		if err := os.WriteFile(chartDir+"/README.md", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("charts/sweep/README.md regenerated")
+		return
+	}
+	t.Errorf("charts/sweep/README.md differs from what helm-docs generates; run `make docs`.\n%s", lineDiff(string(current), string(want)))
+}

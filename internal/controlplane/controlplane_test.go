@@ -16,6 +16,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"tools/kube/go.mod", "k8s.io/kubernetes", controlplane.KubeVersion},
 		{"tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", controlplane.EtcdVersion},
 		{"tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
+		{"tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
 		{"tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))
