@@ -5,7 +5,10 @@
 # commands run as /sweepd <command>; the chart sets that command.
 #
 #   docker build -t ghcr.io/sweep-k8s/sweep:$(git describe --tags) \
-#     --build-arg VERSION=$(git describe --tags) .
+#     --build-arg VERSION=$(git describe --tags) --build-arg REVISION=$(git rev-parse HEAD) .
+#
+# REVISION is sweep_build_info's revision: .git is not in the build context
+# (.dockerignore), so the go command cannot record it.
 #
 # test/dockerfile_test.go runs this file's build command and checks /cleanup.
 
@@ -15,6 +18,7 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 ARG VERSION=devel
+ARG REVISION=
 WORKDIR /src
 # Dependencies first: a source change does not download them again.
 COPY go.mod go.sum ./
@@ -24,7 +28,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     mkdir -p /out && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w -X github.com/sweep-k8s/sweep/internal/version.version=${VERSION}" -o /out/sweepd ./cmd/sweepd && \
+    go build -trimpath -ldflags="-s -w -X github.com/sweep-k8s/sweep/internal/version.version=${VERSION} -X github.com/sweep-k8s/sweep/internal/version.revision=${REVISION}" -o /out/sweepd ./cmd/sweepd && \
     ln -s sweepd /out/cleanup
 
 # static-debian12 runs as root by default: the daemon needs uid 0 for the

@@ -197,7 +197,9 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	if d.cfg.Liveness.Pods() && !once {
 		d.view = newPodView(d.client, cfg.NodeName)
 	}
-	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil)
+	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
+		dryRun: cfg.Prune.DryRun, cniDel: cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
+	})
 	if d.cfg.RebootAware {
 		d.boot = d.loadBoot()
 	}

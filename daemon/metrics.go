@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,16 +63,27 @@ type metrics struct {
 	lastSuccess prometheus.Gauge
 	duration    prometheus.Histogram
 	kept        *prometheus.GaugeVec
+	stale       *prometheus.GaugeVec
+	lastRun     prometheus.Gauge
+	lastRunOK   prometheus.Gauge
+	failStreak  prometheus.Gauge
 	cacheFiles  *prometheus.GaugeVec
 	pods        prometheus.GaugeFunc
 	viewFresh   prometheus.GaugeFunc
 	clockSteps  prometheus.Counter
 }
 
+// metricsConfig is the configuration that the info metric reports: what
+// changes the meaning of the other series (a dry run removes nothing).
+type metricsConfig struct {
+	dryRun, cniDel, rebootAware bool
+	liveness                    Liveness
+}
+
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
 // the pod series are then absent, as sweep_runtime_sandboxes is without a
 // runtime.
-func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
+func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsConfig) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -127,6 +139,22 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 			Name: "sweep_prune_kept_files",
 			Help: "Files the last prune run kept, by reason.",
 		}, []string{"reason"}),
+		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_prune_stale_files",
+			Help: "Files the last complete prune run found stale, by reason: removed, or in a dry run the ones a real run would remove.",
+		}, []string{"reason"}),
+		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_prune_last_run_timestamp_seconds",
+			Help: "Unix time of the end of the last prune run, successful or not (0 until one); skipped runs do not count.",
+		}),
+		lastRunOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_prune_last_run_success",
+			Help: "1 if the last prune run completed without error, 0 if it failed (or none ran yet).",
+		}),
+		failStreak: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_prune_consecutive_failures",
+			Help: "Prune runs in a row, up to the last one, that failed (as counted by sweep_prune_failures_total); 0 after a success. Skipped runs neither count nor reset it.",
+		}),
 		cacheFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_multus_cache_files",
 			Help: "Files in the multus cache after the last prune run, by directory (results, scratch).",
@@ -166,7 +194,21 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 	}
 	for _, r := range removedReasons() {
 		m.removedBy.WithLabelValues(string(r))
+		m.stale.WithLabelValues(string(r))
 	}
+	liveness := cfg.liveness
+	if liveness == "" {
+		liveness = LivenessAPI
+	}
+	configInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sweep_config_info",
+		Help: "The daemon's configuration that changes what the other series mean; always 1.",
+		ConstLabels: prometheus.Labels{
+			"dry_run": strconv.FormatBool(cfg.dryRun), "liveness": string(liveness),
+			"cni_del": strconv.FormatBool(cfg.cniDel), "reboot_aware": strconv.FormatBool(cfg.rebootAware),
+		},
+	})
+	configInfo.Set(1)
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sweep_build_info",
 		Help:        "Build information; always 1.",
@@ -175,7 +217,8 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool) *metrics {
 	buildInfo.Set(1)
 	m.registry.MustRegister(
 		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.runs, m.failures, m.fileErrors, m.skipped,
-		m.lastSuccess, m.duration, m.kept, m.cacheFiles, buildInfo, newInodeCollector(cacheDir),
+		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles,
+		buildInfo, configInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -198,23 +241,38 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 			m.removedBy.WithLabelValues(string(r)).Add(float64(sum.RemovedBy[r]))
 		}
 	}
+	m.lastRun.SetToCurrentTime()
 	if err != nil {
-		// An interrupted run saw part of the cache only: its counts of kept
-		// and remaining files would mislead.
-		m.failures.Inc()
+		// An interrupted run saw part of the cache only: its counts of kept,
+		// stale and remaining files would mislead.
+		m.failed()
 		return
 	}
 	for _, r := range keptReasons() {
 		m.kept.WithLabelValues(string(r)).Set(float64(sum.Kept[r]))
 	}
+	// RemovedBy counts would-be removals in a dry run: what a dry run is
+	// for, so these are set in both.
+	for _, r := range removedReasons() {
+		m.stale.WithLabelValues(string(r)).Set(float64(sum.RemovedBy[r]))
+	}
 	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
 		m.cacheFiles.WithLabelValues(string(p)).Set(float64(sum.Remaining(p)))
 	}
 	if sum.Errors > 0 {
-		m.failures.Inc()
+		m.failed()
 		return
 	}
 	m.lastSuccess.SetToCurrentTime()
+	m.lastRunOK.Set(1)
+	m.failStreak.Set(0)
+}
+
+// failed records a failed run.
+func (m *metrics) failed() {
+	m.failures.Inc()
+	m.lastRunOK.Set(0)
+	m.failStreak.Inc()
 }
 
 // inodeCollector reports the inodes of the filesystem that holds the cache at
@@ -227,10 +285,12 @@ type inodeCollector struct {
 func newInodeCollector(dir string) *inodeCollector {
 	return &inodeCollector{
 		dir: dir,
-		free: prometheus.NewDesc("sweep_multus_filesystem_inodes_free",
-			"Free inodes of the filesystem holding the multus cache.", nil, nil),
-		total: prometheus.NewDesc("sweep_multus_filesystem_inodes",
-			"Total inodes of the filesystem holding the multus cache.", nil, nil),
+		// Named as node_exporter's node_filesystem_files{,_free}, so that
+		// node-mixin's queries and alerts carry over.
+		free: prometheus.NewDesc("sweep_multus_filesystem_files_free",
+			"Free inodes (file nodes) of the filesystem holding the multus cache.", nil, nil),
+		total: prometheus.NewDesc("sweep_multus_filesystem_files",
+			"Total inodes (file nodes) of the filesystem holding the multus cache.", nil, nil),
 	}
 }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, atomicwriter, helm, CNI plugins) from the Go module proxy,
+# kube-controller-manager, kubectl, atomicwriter, helm, helm-docs, CNI plugins) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|lint|cni|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -59,6 +59,15 @@ helm() {
 	build "$tools/helm" helm.sh/helm/v3/cmd/helm "$cache/helm-$v"
 }
 
+# helm-docs generates the chart's README from values.yaml (make docs); a test
+# checks that the README is not stale.
+helm_docs() {
+	local v
+	v=$(version "$tools/helm-docs" github.com/norwoodj/helm-docs)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs "$cache/helm-docs-$v"
+}
+
 lint() {
 	local v
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
@@ -81,11 +90,12 @@ case ${1:-all} in
 kube) kube ;;
 etcd) etcd ;;
 helm) helm ;;
+helm-docs) helm_docs ;;
 lint) lint ;;
 cni) cni ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; lint; cni ;;
-*) echo "usage: $0 [kube|etcd|helm|lint|cni|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni ;;
+*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|all]" >&2; exit 2 ;;
 esac

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,13 +342,190 @@ func TestChartRender(t *testing.T) {
 		if !strings.Contains(data["file-config.json"], "/host/opt/cni/bin/multus") || !strings.Contains(data["resource-config.json"], "network-attachment-definitions.k8s.cni.cncf.io") {
 			t.Errorf("uninstall ConfigMap data = %v", data)
 		}
-		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall",
+		for _, o := range []string{"ServiceMonitor/" + name, "PrometheusRule/" + name, "ResourceQuota/" + name + "-priority", "ClusterRole/" + name + "-resources", "Role/" + name, "ServiceAccount/" + name + "-uninstall",
 			"ClusterRole/" + name + "-uninstall", "ClusterRoleBinding/" + name + "-uninstall"} {
 			if !slices.Contains(kinds(objs), o) {
 				t.Errorf("no %s in %v", o, kinds(objs))
 			}
 		}
 	})
+}
+
+// TestChartPlacementAndMetadata checks the values that make the chart
+// install anywhere (Linux, non-virtual nodes; a hook Job that can be
+// scheduled where the daemons are) and fit umbrella charts and GitOps
+// (commonLabels, global.*, annotations). Each case would fail if its default
+// or its override broke.
+func TestChartPlacementAndMetadata(t *testing.T) {
+	virtualNodes := map[string]string{"type": "virtual-kubelet", "eks.amazonaws.com/compute-type": "fargate"}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		check func(t *testing.T, objs []*unstructured.Unstructured)
+	}{
+		{"defaults: Linux, no virtual nodes, crash logs, history", nil, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, c := daemonPod(t, objs, "rel-sweep")
+			if want := map[string]string{"kubernetes.io/os": "linux"}; !maps.Equal(spec.NodeSelector, want) {
+				t.Errorf("nodeSelector = %v, want %v", spec.NodeSelector, want)
+			}
+			if got := notInExpressions(spec.Affinity); !maps.Equal(got, virtualNodes) {
+				t.Errorf("affinity excludes %v, want %v", got, virtualNodes)
+			}
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("terminationMessagePolicy = %q", c.TerminationMessagePolicy)
+			}
+			if spec.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName = %q", spec.PriorityClassName)
+			}
+			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			if n, _, _ := unstructured.NestedFieldNoCopy(ds.Object, "spec", "revisionHistoryLimit"); fmt.Sprint(n) != "10" {
+				t.Errorf("revisionHistoryLimit = %v, want 10", n)
+			}
+			if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ResourceQuota" }) {
+				t.Error("ResourceQuota without priorityClassResourceQuota.enabled")
+			}
+		}},
+		{"node selector and affinity can be dropped", []string{"--set", "nodeSelector=null", "--set", "affinity=null"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, _ := daemonPod(t, objs, "rel-sweep")
+			if spec.NodeSelector != nil || spec.Affinity != nil {
+				t.Errorf("nodeSelector %v, affinity %v; want none", spec.NodeSelector, spec.Affinity)
+			}
+		}},
+		{"hook Job is scheduled like the daemons", []string{"--set", "uninstall.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, c := jobPod(t, objs, "rel-sweep-uninstall")
+			ds, _ := daemonPod(t, objs, "rel-sweep")
+			if !equalJSON(spec.Tolerations, ds.Tolerations) || !maps.Equal(spec.NodeSelector, ds.NodeSelector) || !equalJSON(spec.Affinity, ds.Affinity) {
+				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want the daemon's %v, %v, %v",
+					spec.Tolerations, spec.NodeSelector, spec.Affinity, ds.Tolerations, ds.NodeSelector, ds.Affinity)
+			}
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("hook Job terminationMessagePolicy = %q", c.TerminationMessagePolicy)
+			}
+		}},
+		{"hook Job's own scheduling", []string{"--set", "uninstall.enabled=true", "--set-json", "uninstall.tolerations=[]",
+			"--set", "uninstall.nodeSelector.pool=system", "--set-json", `uninstall.affinity={}`}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			spec, _ := jobPod(t, objs, "rel-sweep-uninstall")
+			if len(spec.Tolerations) != 0 || !maps.Equal(spec.NodeSelector, map[string]string{"pool": "system"}) || spec.Affinity != nil {
+				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want none, pool=system, none", spec.Tolerations, spec.NodeSelector, spec.Affinity)
+			}
+			if ds, _ := daemonPod(t, objs, "rel-sweep"); len(ds.Tolerations) != 1 || ds.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("the hook's values changed the daemon: %v, %v", ds.Tolerations, ds.NodeSelector)
+			}
+		}},
+		{"commonLabels on every object, not in selectors", []string{"--values", chartAllValues, "--set", "commonLabels.team=platform",
+			"--set", "commonLabels.app\\.kubernetes\\.io/name=other"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			for _, o := range objs {
+				if l := o.GetLabels(); l["team"] != "platform" || l["app.kubernetes.io/name"] != "sweep" {
+					t.Errorf("%s/%s labels %v: want team=platform and app.kubernetes.io/name=sweep", o.GetKind(), o.GetName(), l)
+				}
+			}
+			ds := findObject(t, objs, "DaemonSet", "sweep-all")
+			sel, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
+			if _, ok := sel["team"]; ok {
+				t.Errorf("selector %v has a common label: it is immutable", sel)
+			}
+			for _, kind := range []string{"DaemonSet", "Job"} {
+				name := map[string]string{"DaemonSet": "sweep-all", "Job": "sweep-all-uninstall"}[kind]
+				l, _, _ := unstructured.NestedStringMap(findObject(t, objs, kind, name).Object, "spec", "template", "metadata", "labels")
+				if l["team"] != "platform" {
+					t.Errorf("%s pod template labels %v lack team=platform", kind, l)
+				}
+			}
+		}},
+		{"global registry and pull secrets", []string{"--values", chartAllValues, "--set", "global.imageRegistry=mirror.example:5000",
+			"--set", "global.imagePullSecrets[0]=mirror", "--set", "global.imagePullSecrets[1].name=registry-credentials"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			want := []corev1.LocalObjectReference{{Name: "registry-credentials"}, {Name: "mirror"}}
+			ds, dc := daemonPod(t, objs, "sweep-all")
+			job, jc := jobPod(t, objs, "sweep-all-uninstall")
+			for _, p := range []struct {
+				spec corev1.PodSpec
+				c    corev1.Container
+			}{{ds, dc}, {job, jc}} {
+				if !slices.Equal(p.spec.ImagePullSecrets, want) {
+					t.Errorf("imagePullSecrets = %v, want %v", p.spec.ImagePullSecrets, want)
+				}
+				if !strings.HasPrefix(p.c.Image, "mirror.example:5000/sweep/sweep@sha256:") {
+					t.Errorf("image = %s, want the registry of registry.example.com/sweep/sweep replaced", p.c.Image)
+				}
+			}
+		}},
+		{"global registry in front of a repository without one", []string{"--set", "global.imageRegistry=mirror.example", "--set", "image.repository=sweep-k8s/sweep"},
+			func(t *testing.T, objs []*unstructured.Unstructured) {
+				if _, c := daemonPod(t, objs, "rel-sweep"); c.Image != "mirror.example/sweep-k8s/sweep:0.1.0" {
+					t.Errorf("image = %s", c.Image)
+				}
+			}},
+		{"umbrella chart's enabled, DaemonSet annotations, history", []string{"--set", "enabled=true", "--set", "daemonsetAnnotations.example\\.com/owner=platform",
+			"--set", "revisionHistoryLimit=3"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			if ds.GetAnnotations()["example.com/owner"] != "platform" {
+				t.Errorf("DaemonSet annotations = %v", ds.GetAnnotations())
+			}
+			if n, _, _ := unstructured.NestedFieldNoCopy(ds.Object, "spec", "revisionHistoryLimit"); fmt.Sprint(n) != "3" {
+				t.Errorf("revisionHistoryLimit = %v, want 3", n)
+			}
+		}},
+		{"ResourceQuota for the priority class", []string{"--set", "priorityClassResourceQuota.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			q := findObject(t, objs, "ResourceQuota", "rel-sweep-priority")
+			var rq corev1.ResourceQuota
+			if err := runtimeConvert(q.Object, &rq); err != nil {
+				t.Fatal(err)
+			}
+			s := rq.Spec.ScopeSelector
+			if s == nil || len(s.MatchExpressions) != 1 || s.MatchExpressions[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
+				s.MatchExpressions[0].Operator != corev1.ScopeSelectorOpIn || !slices.Equal(s.MatchExpressions[0].Values, []string{"system-node-critical"}) {
+				t.Errorf("scopeSelector = %+v, want PriorityClass In [system-node-critical]", s)
+			}
+			if pods := rq.Spec.Hard[corev1.ResourcePods]; pods.Value() < 1000 {
+				t.Errorf("hard pods = %s, want room for one pod per node", pods.String())
+			}
+		}},
+		{"no quota without a priority class", []string{"--set", "priorityClassResourceQuota.enabled=true", "--set", "priorityClassName="}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ResourceQuota" }) {
+				t.Error("ResourceQuota without a priority class")
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.check(t, decodeObjects(t, renderChart(t, c.flags...)))
+		})
+	}
+}
+
+// notInExpressions returns the NotIn expressions of the required node
+// affinity (key to its single value), the terms the default uses to keep
+// pods off virtual nodes.
+func notInExpressions(a *corev1.Affinity) map[string]string {
+	got := map[string]string{}
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return got
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Operator == corev1.NodeSelectorOpNotIn && len(e.Values) == 1 {
+				got[e.Key] = e.Values[0]
+			}
+		}
+	}
+	return got
+}
+
+// equalJSON reports whether a and b encode to the same JSON.
+func equalJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// jobPod returns the pod spec and container of the Job name.
+func jobPod(t *testing.T, objs []*unstructured.Unstructured, name string) (corev1.PodSpec, corev1.Container) {
+	t.Helper()
+	pod, _, _ := unstructured.NestedMap(findObject(t, objs, "Job", name).Object, "spec", "template", "spec")
+	var spec corev1.PodSpec
+	if err := runtimeConvert(pod, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec, spec.Containers[0]
 }
 
 // daemonPod returns the pod spec and container of the DaemonSet name.
@@ -550,95 +728,123 @@ func TestChartApply(t *testing.T) {
 	}
 }
 
-// TestChartPrometheusRules checks the rendered alerts with promtool: the
-// rules parse, and each alert fires on the series it is about (node a) and
-// stays quiet on a healthy daemon (node b).
+// TestChartPrometheusRules proves every alert with promtool: the rendered
+// rules parse, and each alert has a rules test in testdata/prometheusrules
+// (named after it) that shows when it fires and when it stays quiet. The
+// table checks the values that shape the rules: per-alert enable and
+// severity, additionalRules.
 func TestChartPrometheusRules(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	objs := decodeObjects(t, renderChart(t, "--set", "metrics.prometheusRule.enabled=true"))
-	spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
-	dir := t.TempDir()
-	rules, err := json.Marshal(spec) // {"groups": [...]}: a Prometheus rule file
-	if err != nil {
-		t.Fatal(err)
+	// rules renders the PrometheusRule and writes its spec, a Prometheus
+	// rule file, to dir/rules.json; it returns the rules by alert or record
+	// name.
+	rules := func(t *testing.T, dir string, flags ...string) map[string]map[string]any {
+		t.Helper()
+		objs := decodeObjects(t, renderChart(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, flags...)...))
+		spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
+		data, err := json.Marshal(spec) // {"groups": [...]}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "rules.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
+		byName := map[string]map[string]any{}
+		groups, _, _ := unstructured.NestedSlice(spec, "groups")
+		for _, g := range groups {
+			rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+			for _, r := range rs {
+				r := r.(map[string]any)
+				name, _ := r["alert"].(string)
+				if name == "" {
+					name, _ = r["record"].(string)
+				}
+				byName[name] = r
+			}
+		}
+		return byName
 	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.json"), rules, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
 
-	const runbook = "https://github.com/sweep-k8s/sweep#troubleshooting"
-	tests := `rule_files: [rules.json]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      # Node a: 5 % of inodes free, a failure every minute, never a success
-      # since its start at time 0.
-      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '50x300'
-      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '1000x300'
-      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0+1x300'
-      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0x300'
-      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.1:9742",node="a"}'
-        values: '0x300'
-      - series: 'sweep_build_info{job="sweep",instance="10.0.0.1:9742",node="a",version="v1"}'
-        values: '1x300'
-      # Node b: healthy, a success every minute.
-      - series: 'sweep_multus_filesystem_inodes_free{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '900x300'
-      - series: 'sweep_multus_filesystem_inodes{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '1000x300'
-      - series: 'sweep_prune_failures_total{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '3x300'
-      - series: 'sweep_prune_last_success_timestamp_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '0+60x300'
-      - series: 'process_start_time_seconds{job="sweep",instance="10.0.0.2:9742",node="b"}'
-        values: '0x300'
-      - series: 'sweep_build_info{job="sweep",instance="10.0.0.2:9742",node="b",version="v1"}'
-        values: '1x300'
-    alert_rule_test:
-      - eval_time: 10m
-        alertname: SweepMultusInodesLow
-        exp_alerts: []
-      - eval_time: 4h
-        alertname: SweepMultusInodesLow
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: Few free inodes on the filesystem of the multus cache.
-              description: "node a: 5% of the inodes of the filesystem holding the multus cache are free."
-              runbook_url: ` + runbook + `
-      - eval_time: 4h
-        alertname: SweepPruneFailing
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: sweep's prune of the multus cache is failing.
-              description: 'node a: prune runs failed in the last hour; see the daemon''s log (level ERROR, "prune stopped").'
-              runbook_url: ` + runbook + `
-      - eval_time: 2h
-        alertname: SweepPruneStale
-        exp_alerts: []
-      - eval_time: 4h
-        alertname: SweepPruneStale
-        exp_alerts:
-          - exp_labels: {severity: warning, job: sweep, instance: "10.0.0.1:9742", node: a}
-            exp_annotations:
-              summary: No successful prune of the multus cache for too long.
-              description: "node a: the last successful prune was 4h 0m 0s ago."
-              runbook_url: ` + runbook + `
-`
-	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte(tests), 0o644); err != nil {
-		t.Fatal(err)
+	t.Run("every alert is proven by a rules test", func(t *testing.T) {
+		dir := t.TempDir()
+		alerts := rules(t, dir)
+		tests, err := filepath.Glob("testdata/prometheusrules/*.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range alerts {
+			file := "testdata/prometheusrules/" + name + ".yaml"
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Errorf("alert %s has no rules test: %v", name, err)
+				continue
+			}
+			// It must show the alert firing, not only quiet.
+			if !strings.Contains(string(data), "alertname: "+name) || !strings.Contains(string(data), "exp_labels:") {
+				t.Errorf("%s does not show %s firing", file, name)
+			}
+		}
+		args := []string{"test", "rules"}
+		for _, f := range tests {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Next to rules.json, which the tests name relative to themselves.
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, filepath.Join(dir, filepath.Base(f)))
+		}
+		t.Logf("promtool test rules:\n%s", runTool(t, nil, promtool, args...))
+	})
+
+	all := []string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing", "SweepPruneStale"}
+	for _, c := range []struct {
+		name     string
+		flags    []string
+		want     []string          // the rules' names
+		severity map[string]string // alert to severity, where not warning
+	}{
+		{"defaults", nil, all, nil},
+		{"an alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"},
+			[]string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
+		{"severity per alert", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.severity=critical"},
+			all, map[string]string{"SweepMultusInodesLow": "critical"}},
+		{"additional rules", []string{"--set-json", `metrics.prometheusRule.additionalRules=[{"alert":"SweepPodViewStale","expr":"sweep_pod_view_fresh == 0","for":"30m","labels":{"severity":"info"}},{"record":"node:sweep_stale_files:sum","expr":"sum by (node) (sweep_prune_stale_files)"}]`},
+			append(slices.Clone(all), "SweepPodViewStale", "node:sweep_stale_files:sum"), map[string]string{"SweepPodViewStale": "info"}},
+		{"every alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepMultusInodesFillingUp.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepPruneFailing.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"}, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := rules(t, t.TempDir(), c.flags...)
+			var names []string
+			for name, r := range got {
+				names = append(names, name)
+				if _, ok := r["alert"]; !ok {
+					continue
+				}
+				want := "warning"
+				if s, ok := c.severity[name]; ok {
+					want = s
+				}
+				if s, _, _ := unstructured.NestedString(r, "labels", "severity"); s != want {
+					t.Errorf("%s severity %q, want %q", name, s, want)
+				}
+			}
+			slices.Sort(names)
+			want := slices.Sorted(slices.Values(c.want))
+			if !slices.Equal(names, want) {
+				t.Errorf("rules %v, want %v", names, want)
+			}
+		})
 	}
-	runTool(t, nil, promtool, "test", "rules", filepath.Join(dir, "tests.yaml"))
 }
 
 func runtimeConvert(in map[string]any, out any) error {
@@ -702,4 +908,72 @@ func TestChartValuesDocumented(t *testing.T) {
 		}
 		commented = false
 	}
+}
+
+// TestChartMetadata checks what Artifact Hub and a reviewer read first: the
+// license of the repository and of the chart agree, and the image the chart
+// declares is the one its appVersion installs.
+func TestChartMetadata(t *testing.T) {
+	data, err := os.ReadFile(chartDir + "/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion  string              `json:"appVersion"`
+		Maintainers []map[string]string `json:"maintainers"`
+		Annotations map[string]string   `json:"annotations"`
+	}
+	if err := utilyaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	license, err := os.ReadFile("../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`Apache License\s+Version 2\.0, January 2004`).Match(license) || !strings.Contains(string(license), "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the full Apache-2.0 text")
+	}
+	if got := chart.Annotations["artifacthub.io/license"]; got != "Apache-2.0" {
+		t.Errorf("artifacthub.io/license = %q, want Apache-2.0 as in LICENSE", got)
+	}
+	if len(chart.Maintainers) == 0 {
+		t.Error("no maintainers in Chart.yaml")
+	}
+	var images []struct{ Name, Image string }
+	if err := utilyaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/images"]), &images); err != nil {
+		t.Fatalf("artifacthub.io/images: %v", err)
+	}
+	if want := "ghcr.io/sweep-k8s/sweep:" + chart.AppVersion; len(images) != 1 || images[0].Image != want {
+		t.Errorf("artifacthub.io/images = %+v, want %s (the appVersion)", images, want)
+	}
+}
+
+// TestChartREADME keeps charts/sweep/README.md equal to what helm-docs
+// generates from values.yaml, Chart.yaml and README.md.gotmpl. `make docs`
+// (SWEEP_UPDATE_README=1) rewrites it.
+func TestChartREADME(t *testing.T) {
+	// helm-docs writes README.md next to the chart it finds: a copy, so
+	// that the test never changes the tree unless asked to.
+	root := t.TempDir()
+	runTool(t, nil, "cp", "-r", chartDir, filepath.Join(root, "sweep"))
+	runTool(t, nil, tool(t, "helm-docs"), "--chart-search-root", root, "--log-level", "warning")
+	want, err := os.ReadFile(filepath.Join(root, "sweep", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, err := os.ReadFile(chartDir + "/README.md")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if bytes.Equal(current, want) {
+		return
+	}
+	if os.Getenv("SWEEP_UPDATE_README") == "1" {
+		if err := os.WriteFile(chartDir+"/README.md", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("charts/sweep/README.md regenerated")
+		return
+	}
+	t.Errorf("charts/sweep/README.md differs from what helm-docs generates; run `make docs`.\n%s", lineDiff(string(current), string(want)))
 }

@@ -273,7 +273,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 		for _, series := range []string{
 			`sweep_prune_removed_files_total{phase="results"}`, `sweep_prune_removed_files_total{phase="scratch"}`,
 			`sweep_multus_cache_files{dir="results"}`, `sweep_prune_kept_files{reason="pod-live"}`,
-			"sweep_multus_filesystem_inodes_free", "sweep_multus_filesystem_inodes", "sweep_prune_last_success_timestamp_seconds",
+			"sweep_multus_filesystem_files_free", "sweep_multus_filesystem_files", "sweep_prune_last_success_timestamp_seconds",
+			`sweep_prune_stale_files{reason="pod-gone"}`, "sweep_prune_last_run_success", "sweep_prune_consecutive_failures",
 		} {
 			if d.metric(t, series) < 0 {
 				t.Errorf("series %s missing", series)

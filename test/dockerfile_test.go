@@ -178,11 +178,11 @@ func TestDockerfileBuild(t *testing.T) {
 
 	ctx := buildContext(t)
 	out := filepath.Join(t.TempDir(), "out")
-	const version = "v0.0.0-dockerfile-test"
+	const version, revision = "v0.0.0-dockerfile-test", "0123456789abcdef0123456789abcdef01234567"
 	for _, r := range d.buildRuns {
 		cmd := exec.Command("sh", "-ec", strings.ReplaceAll(r, "/out", out))
 		cmd.Dir = ctx
-		cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH, "VERSION="+version)
+		cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH, "VERSION="+version, "REVISION="+revision)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("RUN %s: %v\n%s", r, err, b)
 		}
@@ -217,8 +217,9 @@ func TestDockerfileBuild(t *testing.T) {
 	if st, err := os.Stat(sweepd); err == nil {
 		t.Logf("sweepd: %.1f MiB", float64(st.Size())/(1<<20))
 	}
-	if b, err := exec.Command(sweepd, "version").Output(); err != nil || !strings.Contains(string(b), version) {
-		t.Errorf("sweepd version = %q, %v; want %s", b, err, version)
+	// The revision of sweep_build_info too: the context has no .git.
+	if b, err := exec.Command(sweepd, "version").Output(); err != nil || !strings.Contains(string(b), version) || !strings.Contains(string(b), "revision "+revision) {
+		t.Errorf("sweepd version = %q, %v; want %s, revision %s", b, err, version, revision)
 	}
 
 	// /cleanup is sweepd cleanup: the same help, the same exit status.

@@ -126,7 +126,7 @@ is deleted first).`,
 				}
 				opts.CronJob = name
 			}
-			log, err := logging.New(stderr, logFormat, logLevel)
+			log, err := logging.Setup(stderr, logFormat, logLevel)
 			if err != nil {
 				return usageError{err}
 			}

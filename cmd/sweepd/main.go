@@ -103,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	logger, err := logging.New(stderr, *logFormat, *logLevel)
+	logger, err := logging.Setup(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "sweepd %s: %v\n", args[0], err)
 		return exitUsage

@@ -13,6 +13,9 @@ const (
 	KubeVersion = "v1.37.2"
 	EtcdVersion = "v3.6.16"
 	HelmVersion = "v3.22.0"
+	// HelmDocsVersion is github.com/norwoodj/helm-docs, which generates the
+	// chart's README.
+	HelmDocsVersion = "v1.14.2"
 	// CNIPluginsVersion is github.com/containernetworking/plugins: bridge,
 	// host-local and loopback for the CNI DEL tests.
 	CNIPluginsVersion = "v1.10.0"
@@ -35,7 +38,7 @@ func ToolsDir() string {
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
-// kube-controller-manager, kubectl, helm or a CNI plugin (bridge, host-local,
+// kube-controller-manager, kubectl, helm, helm-docs or a CNI plugin (bridge, host-local,
 // loopback). A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
@@ -47,6 +50,8 @@ func Binary(name string) (string, error) {
 		dir = "kube-" + KubeVersion
 	case "helm":
 		dir = "helm-" + HelmVersion
+	case "helm-docs":
+		dir = "helm-docs-" + HelmDocsVersion
 	case "bridge", "host-local", "loopback":
 		dir = "cni-plugins-" + CNIPluginsVersion
 	default:

@@ -1,112 +1,13 @@
 package controlplane_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
 )
-
-func pod(name, node string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName:   node,
-			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/pause"}},
-		},
-	}
-}
-
-// TestNodeNameFieldSelector proves that the API server is real: a fake
-// clientset ignores field selectors.
-func TestNodeNameFieldSelector(t *testing.T) {
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	ctx := t.Context()
-	// Without kube-controller-manager there is no default ServiceAccount.
-	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []*corev1.Pod{pod("a1", "node-a"), pod("a2", "node-a"), pod("b1", "node-b")} {
-		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-a").String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range list.Items {
-		names = append(names, p.Name)
-	}
-	if got := strings.Join(names, ","); got != "a1,a2" {
-		t.Fatalf("pods on node-a = %q, want a1,a2", got)
-	}
-	data, err := os.ReadFile(cp.Kubeconfig)
-	if err != nil || !strings.Contains(string(data), "current-context: sweep") {
-		t.Fatalf("kubeconfig: %v\n%s", err, data)
-	}
-}
-
-// TestGarbageCollection proves that kube-controller-manager runs: only its
-// garbage collector deletes a dependent whose owner is gone.
-func TestGarbageCollection(t *testing.T) {
-	cp := controlplane.Start(t, controlplane.WithControllerManager())
-	cs := cp.Clientset(t)
-	ctx := t.Context()
-	owner, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Name: "dependent",
-		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
-		}},
-	}}
-	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, dep.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("dependent not garbage-collected: %v", err)
-	}
-}
-
-// TestRestartAPIServer checks the outage helpers that fault tests rely on.
-func TestRestartAPIServer(t *testing.T) {
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	cp.StopAPIServer()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
-		t.Fatal("API server answered while stopped")
-	}
-	if err := cp.StartAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestVersionsMatchToolsModules keeps the harness constants and the tools
 // modules (which name the cache directories) in step.
@@ -115,6 +16,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"tools/kube/go.mod", "k8s.io/kubernetes", controlplane.KubeVersion},
 		{"tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", controlplane.EtcdVersion},
 		{"tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
+		{"tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
 		{"tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))

@@ -1,11 +1,13 @@
-// Package version reports the build's version, set at link time with
-// -ldflags "-X github.com/sweep-k8s/sweep/internal/version.version=v1.2.3".
+// Package version reports the build's version and revision, set at link
+// time with -ldflags "-X github.com/sweep-k8s/sweep/internal/version.version=v1.2.3
+// -X github.com/sweep-k8s/sweep/internal/version.revision=<commit>".
 package version
 
 import "runtime/debug"
 
-// version is written by the linker; empty in `go build` and `go test` builds.
-var version string
+// version and revision are written by the linker; empty in `go build` and
+// `go test` builds.
+var version, revision string
 
 // Version returns the linked version, else the module version recorded in the
 // build info, else "devel".
@@ -19,8 +21,13 @@ func Version() string {
 	return "devel"
 }
 
-// Revision returns the VCS revision recorded in the build info, or "unknown".
+// Revision returns the linked revision, else the VCS revision that the go
+// command recorded in the build info (absent when the source has no .git,
+// as in the image's build context), else "unknown".
 func Revision() string {
+	if revision != "" {
+		return revision
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {

@@ -20,13 +20,19 @@ as -uninstall stay within the 63 of a label value.
 {{- end }}
 {{- end }}
 
-{{/* The recommended labels (app.kubernetes.io/*) of every resource. */}}
+{{/*
+The labels of every resource: the recommended ones (app.kubernetes.io/*),
+then commonLabels, which cannot override them (the selector depends on two).
+*/}}
 {{- define "sweep.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "sweep.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: sweep
+{{- $labels := dict
+  "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-")
+  "app.kubernetes.io/version" .Chart.AppVersion
+  "app.kubernetes.io/managed-by" .Release.Service
+  "app.kubernetes.io/part-of" "sweep" }}
+{{- $labels = merge $labels (include "sweep.selectorLabels" . | fromYaml) }}
+{{- $labels = merge $labels (default dict .Values.commonLabels) }}
+{{- toYaml $labels }}
 {{- end }}
 
 {{/* The labels that select the daemon's pods; immutable in a DaemonSet. */}}
@@ -35,12 +41,62 @@ app.kubernetes.io/name: {{ include "sweep.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* The image reference: digest if set, else tag, else the appVersion. */}}
+{{/*
+The image reference: digest if set, else tag, else the appVersion.
+global.imageRegistry replaces the repository's registry: its first path
+component when that names a host (has a dot or a port, or is localhost, as
+Docker reads references), else it is put in front.
+*/}}
 {{- define "sweep.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- $repo := .Values.image.repository }}
+{{- with (default dict .Values.global).imageRegistry }}
+{{- $parts := splitn "/" 2 $repo }}
+{{- if and $parts._1 (or (contains "." $parts._0) (contains ":" $parts._0) (eq $parts._0 "localhost")) }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $parts._1 }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pods' imagePullSecrets: imagePullSecrets, then global.imagePullSecrets
+(names or {name: ...}), without duplicates; empty when there are none.
+*/}}
+{{- define "sweep.imagePullSecrets" -}}
+{{- $secrets := list }}
+{{- range concat (default list .Values.imagePullSecrets) (default list (default dict .Values.global).imagePullSecrets) }}
+{{- $s := . }}
+{{- if kindIs "string" . }}
+{{- $s = dict "name" . }}
+{{- end }}
+{{- if not (has $s $secrets) }}
+{{- $secrets = append $secrets $s }}
+{{- end }}
+{{- end }}
+{{- with $secrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The hook Job's scheduling value named by .key: uninstall.<key> when set
+(even to an empty list or map), else the daemon's <key>. Called with a dict
+of Values and key; get yields nil for a null value and "" for a missing key.
+*/}}
+{{- define "sweep.uninstallScheduling" -}}
+{{- $v := get .Values.uninstall .key }}
+{{- if or (kindIs "invalid" $v) (kindIs "string" $v) }}
+{{- $v = get .Values .key }}
+{{- end }}
+{{- with $v }}
+{{- toYaml . }}
 {{- end }}
 {{- end }}
 
@@ -65,4 +121,18 @@ ones: the same host path may be mounted by both.
 */}}
 {{- define "sweep.cniHostPathVolume" -}}
 {{- printf "cni-%s" (sha256sum . | trunc 10) }}
+{{- end }}
+
+{{/*
+An alert's for and labels: its own for, else prometheusRule.for; its
+severity, then alertLabels. Called with a dict of r (prometheusRule) and a
+(the alert's values).
+*/}}
+{{- define "sweep.alertCommon" -}}
+for: {{ default .r.for .a.for }}
+labels:
+  severity: {{ .a.severity }}
+  {{- with .r.alertLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}

@@ -1,0 +1,187 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// run is one finished prune run as the daemon observes it.
+type run struct {
+	sum *prune.Summary
+	err error
+}
+
+func summary(dryRun bool, scanned, errs int, removedBy map[prune.Reason]int) *prune.Summary {
+	removed := 0
+	for _, n := range removedBy {
+		removed += n
+	}
+	return &prune.Summary{
+		DryRun:    dryRun,
+		Scanned:   map[prune.Phase]int{prune.PhaseResults: scanned},
+		Removed:   map[prune.Phase]int{prune.PhaseResults: removed},
+		RemovedBy: removedBy,
+		Kept:      map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
+		Errors:    errs,
+	}
+}
+
+// TestMetricsObserve checks what Prometheus sees after a sequence of runs:
+// a dry run's stale files (issue 18: the first rollout is a dry run, and
+// its findings must not be in the logs only), the last run's result and
+// the count of failures in a row that SweepPruneFailing alerts on.
+func TestMetricsObserve(t *testing.T) {
+	interrupted := errors.New("interrupted")
+	for _, c := range []struct {
+		name   string
+		dryRun bool
+		runs   []run
+		want   map[string]float64 // series (name or name{label="v"}) to value
+	}{
+		{
+			name: "no run yet",
+			want: map[string]float64{
+				"sweep_prune_last_run_success": 0, "sweep_prune_consecutive_failures": 0,
+				"sweep_prune_last_run_timestamp_seconds": 0, `sweep_prune_stale_files{reason="pod-gone"}`: 0,
+			},
+		},
+		{
+			name:   "dry run: stale files reported, none removed",
+			dryRun: true,
+			runs:   []run{{summary(true, 10, 0, map[prune.Reason]int{prune.ReasonPodGone: 3, prune.ReasonEarlierBoot: 1}), nil}},
+			want: map[string]float64{
+				`sweep_prune_stale_files{reason="pod-gone"}`: 3, `sweep_prune_stale_files{reason="earlier-boot"}`: 1,
+				`sweep_prune_stale_files{reason="sandbox-gone"}`: 0, `sweep_prune_removals_total{reason="pod-gone"}`: 0,
+				`sweep_prune_removed_files_total{phase="results"}`: 0, `sweep_multus_cache_files{dir="results"}`: 10,
+				"sweep_prune_last_run_success": 1, "sweep_prune_consecutive_failures": 0,
+				`sweep_config_info{cni_del="false",dry_run="true",liveness="api",reboot_aware="false"}`: 1,
+			},
+		},
+		{
+			name: "real run: stale files are the removed ones",
+			runs: []run{{summary(false, 10, 0, map[prune.Reason]int{prune.ReasonPodGone: 3}), nil}},
+			want: map[string]float64{
+				`sweep_prune_stale_files{reason="pod-gone"}`: 3, `sweep_prune_removals_total{reason="pod-gone"}`: 3,
+				`sweep_multus_cache_files{dir="results"}`: 7, "sweep_prune_last_run_success": 1,
+				`sweep_config_info{cni_del="false",dry_run="false",liveness="api",reboot_aware="false"}`: 1,
+			},
+		},
+		{
+			name: "two failures in a row: file errors, then an interrupted run",
+			runs: []run{
+				{summary(false, 10, 0, map[prune.Reason]int{prune.ReasonPodGone: 2}), nil},
+				{summary(false, 10, 1, map[prune.Reason]int{prune.ReasonPodGone: 1}), nil},
+				{summary(false, 4, 0, map[prune.Reason]int{prune.ReasonPodGone: 4}), interrupted},
+			},
+			want: map[string]float64{
+				"sweep_prune_last_run_success": 0, "sweep_prune_consecutive_failures": 2, "sweep_prune_failures_total": 2,
+				// The interrupted run saw part of the cache: the last
+				// complete run's findings stay.
+				`sweep_prune_stale_files{reason="pod-gone"}`: 1,
+			},
+		},
+		{
+			name: "a success resets the failures in a row",
+			runs: []run{
+				{summary(false, 10, 1, nil), nil},
+				{summary(false, 10, 1, nil), nil},
+				{summary(false, 10, 0, nil), nil},
+			},
+			want: map[string]float64{"sweep_prune_last_run_success": 1, "sweep_prune_consecutive_failures": 0, "sweep_prune_failures_total": 2},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMetrics(t.TempDir(), nil, false, metricsConfig{dryRun: c.dryRun})
+			for _, r := range c.runs {
+				m.observe(r.sum, r.err)
+			}
+			got := gatherSeries(t, m)
+			for series, want := range c.want {
+				if v, ok := got[series]; !ok {
+					t.Errorf("no series %s", series)
+				} else if v != want {
+					t.Errorf("%s = %v, want %v", series, v, want)
+				}
+			}
+			if len(c.runs) > 0 && got["sweep_prune_last_run_timestamp_seconds"] == 0 {
+				t.Error("sweep_prune_last_run_timestamp_seconds not set by a run")
+			}
+		})
+	}
+}
+
+// TestMetricsLint runs promtool check metrics (naming, units, help) on
+// every series the daemon registers, with every optional collector on.
+func TestMetricsLint(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
+	}
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true})
+	m.observe(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), nil)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(exposition(t, m))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	got := gatherSeries(t, m)
+	for _, name := range []string{"sweep_multus_filesystem_files", "sweep_multus_filesystem_files_free", "sweep_runtime_sandboxes"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no series %s", name)
+		}
+	}
+}
+
+// exposition is the registry in the text format, as /metrics serves it.
+func exposition(t *testing.T, m *metrics) []byte {
+	t.Helper()
+	mfs, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// gatherSeries returns the gauges and counters of the registry by series:
+// the name, with its labels in the exposition's order when it has any.
+func gatherSeries(t *testing.T, m *metrics) map[string]float64 {
+	t.Helper()
+	mfs, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]float64{}
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			var labels []string
+			for _, l := range metric.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			name := mf.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case metric.Gauge != nil:
+				series[name] = metric.GetGauge().GetValue()
+			case metric.Counter != nil:
+				series[name] = metric.GetCounter().GetValue()
+			}
+		}
+	}
+	return series
+}
