@@ -37,11 +37,11 @@ test: kube vet lint
 # Every test that needs no control plane or other harness binary (make kube),
 # for the edit-test loop: under two minutes on a warm build cache. Tests that
 # need them live under test/. The -skip list names the ones not moved there
-# yet (cleanup/cluster_test.go; uninstall/watch_test.go, whose
-# TestReadSnapshot mixes projection cases that need atomicwriter with plain
-# ones); it goes when they move.
+# yet (uninstall/watch_test.go, an internal test whose TestReadSnapshot mixes
+# projection cases that need atomicwriter with plain ones); it goes when they
+# move.
 UNIT_PKGS = $$($(GO) list ./... | grep -v '^github.com/sweep-k8s/sweep/test\(/\|$$\)')
-UNIT_SKIP = ^(TestRunAgainstControlPlane|TestSelfCleanupPod|TestDeleteThousandConfigMaps|TestReadSnapshot|TestWatchProjection|TestWatchPlainDirectoryCreatedLater)$$
+UNIT_SKIP = ^(TestReadSnapshot|TestWatchProjection|TestWatchPlainDirectoryCreatedLater)$$
 unit:
 	$(GO) test -race -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
 
