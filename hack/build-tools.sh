@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, atomicwriter, helm, helm-docs, CNI plugins) from the Go module proxy,
+# kube-controller-manager, kubectl, atomicwriter, helm, helm-docs, CNI plugins,
+# Whereabouts) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|whereabouts|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -16,10 +17,11 @@ cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
 # version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.
 version() { awk -v m="$2" '{sub(/^require[ \t]+/, "")} $1==m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"; }
 
-# build MODDIR PKG OUTDIR builds PKG (a tool of the module in MODDIR) into OUTDIR.
+# build MODDIR PKG OUTDIR [NAME] builds PKG (a tool of the module in MODDIR)
+# into OUTDIR, as NAME (default: the package's last element).
 build() {
-	local moddir=$1 pkg=$2 out=$3 name
-	name=$(basename "$pkg")
+	local moddir=$1 pkg=$2 out=$3 name=${4:-}
+	[ -n "$name" ] || name=$(basename "$pkg")
 	[ "$name" = v3 ] && name=etcd
 	if [ -x "$out/$name" ]; then
 		return 0
@@ -86,6 +88,15 @@ cni() {
 	done
 }
 
+# Whereabouts, the IPAM most multus users run: its reservations live in the
+# API server, and a CNI DEL test checks that sweep's DEL replay frees them.
+whereabouts() {
+	local v
+	v=$(version "$tools/whereabouts" github.com/k8snetworkplumbingwg/whereabouts)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/whereabouts" github.com/k8snetworkplumbingwg/whereabouts/cmd "$cache/whereabouts-$v" whereabouts
+}
+
 case ${1:-all} in
 kube) kube ;;
 etcd) etcd ;;
@@ -93,9 +104,10 @@ helm) helm ;;
 helm-docs) helm_docs ;;
 lint) lint ;;
 cni) cni ;;
+whereabouts) whereabouts ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni ;;
-*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts ;;
+*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|all]" >&2; exit 2 ;;
 esac

@@ -19,6 +19,9 @@ const (
 	// CNIPluginsVersion is github.com/containernetworking/plugins: bridge,
 	// host-local and loopback for the CNI DEL tests.
 	CNIPluginsVersion = "v1.10.0"
+	// WhereaboutsVersion is github.com/k8snetworkplumbingwg/whereabouts, the
+	// IPAM plugin whose reservations live in the API server.
+	WhereaboutsVersion = "v0.9.2"
 )
 
 // ToolsDir is where hack/build-tools.sh caches the binaries:
@@ -39,7 +42,7 @@ func ToolsDir() string {
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
 // kube-controller-manager, kubectl, helm, helm-docs or a CNI plugin (bridge, host-local,
-// loopback). A missing binary is an error that says how to build it; tests
+// loopback, whereabouts). A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
@@ -54,6 +57,8 @@ func Binary(name string) (string, error) {
 		dir = "helm-docs-" + HelmDocsVersion
 	case "bridge", "host-local", "loopback":
 		dir = "cni-plugins-" + CNIPluginsVersion
+	case "whereabouts":
+		dir = "whereabouts-" + WhereaboutsVersion
 	default:
 		return "", fmt.Errorf("unknown tool %q", name)
 	}

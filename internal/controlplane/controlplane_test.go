@@ -18,6 +18,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
 		{"tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
 		{"tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
+		{"tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))
 		if err != nil {
