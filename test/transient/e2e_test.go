@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -392,8 +393,13 @@ func wantLines(t *testing.T, out string, lines ...string) {
 // TestPlugin runs the plugin through the real kubectl against a real control
 // plane with kube-controller-manager (Job controller, garbage collector, TTL
 // controller). There is no kubelet: the tests finish pods by hand.
+//
+// The API server enforces OwnerReferencesPermissionEnforcement, as OpenShift
+// and hardened clusters do, so that every run shows the plugin sets no owner
+// reference that needs more rights than `kubectl create job --from`.
 func TestPlugin(t *testing.T) {
-	c := newCluster(t, controlplane.WithToken(controlplane.Token{Token: runnerToken, User: "runner"}))
+	c := newCluster(t, controlplane.WithToken(controlplane.Token{Token: runnerToken, User: "runner"}),
+		controlplane.WithAPIServerFlags("--enable-admission-plugins=OwnerReferencesPermissionEnforcement"))
 	kc := c.cp.Kubeconfig
 
 	t.Run("success", func(t *testing.T) {
@@ -710,7 +716,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("least privilege, --token", func(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "rbac")
-		c.cronJob(t, ns, "nightly", "cfg")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
 		ctx := t.Context()
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "transient-runner"}, Rules: runnerRules}
 		if _, err := c.cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
@@ -724,6 +730,21 @@ func TestPlugin(t *testing.T) {
 		if _, err := c.cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The admission plugin is on: the same user may not create a Job
+		// whose owner reference blocks the CronJob's deletion, which is what
+		// metav1.NewControllerRef makes.
+		runner := rest.CopyConfig(c.cp.Config)
+		runner.BearerToken = runnerToken
+		rcs, err := kubernetes.NewForConfig(runner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocking := transient.JobFromCronJob(cj, "blocking")
+		blocking.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}
+		if _, err := rcs.BatchV1().Jobs(ns).Create(ctx, blocking, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+			t.Fatalf("a Job with blockOwnerDeletion as the runner: %v, want forbidden by OwnerReferencesPermissionEnforcement", err)
+		}
+
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--token="+runnerToken,
 			"--from-literal=num=12", "--job-name=manual", "--job-from=cronjob/nightly", "--logs")
 		pod := c.pod(t, r, ns, "manual")
