@@ -7,8 +7,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
 	"github.com/sweep-k8s/sweep/internal/version"
@@ -90,6 +93,7 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 		jobFrom   string
 		logFormat string
 		logLevel  string
+		verbosity int
 	)
 	cmd := &cobra.Command{
 		Use:   "transient_configmap NAME --job-name=JOB (--job-from=cronjob/CRONJOB | --job-image=IMAGE [-- COMMAND [ARG...]]) [--from-literal=KEY=VALUE] [--from-file=[KEY=]SOURCE] [--from-env-file=PATH]",
@@ -126,8 +130,11 @@ is deleted first).`,
 				}
 				opts.CronJob = name
 			}
-			log, err := logging.Setup(stderr, logFormat, logLevel)
+			log, err := logging.Setup(stderr, logFormat, effectiveLevel(logLevel, verbosity))
 			if err != nil {
+				return usageError{err}
+			}
+			if err := setKlogVerbosity(verbosity); err != nil {
 				return usageError{err}
 			}
 			ns, _, err := kube.ToRawKubeConfigLoader().Namespace()
@@ -169,6 +176,10 @@ is deleted first).`,
 			return r.Run(cmd.Context(), opts)
 		},
 	}
+	// Cobra's default `completion` subcommand would take the NAME
+	// "completion" away; kubectl completes plugins through
+	// kubectl_complete-* executables, not through the plugin itself.
+	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -186,6 +197,50 @@ is deleted first).`,
 	f.BoolVar(&opts.Isolate, "isolate", false, "give the ConfigMap a unique name and point the Job's pod template at it, so that no other run of the CronJob sees it")
 	f.StringVar(&logFormat, "log-format", "text", "format of diagnostics on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "warn", "level of diagnostics on stderr: debug, info, warn or error")
+	// -v is kubectl's (klog's) verbosity, not --version: 2 logs the steps'
+	// details, 4 debug diagnostics, 6 and up every request to the API server
+	// as kubectl prints them. Defined before cobra adds --version, which then
+	// gets no shorthand.
+	f.IntVarP(&verbosity, "v", "v", 0, "number for the log level verbosity, as in kubectl: 2 info, 4 debug, 6 and up the API requests (6 URLs, 7 headers, 8 bodies)")
 	kube.AddFlags(f)
 	return cmd
+}
+
+// effectiveLevel is --log-level, lowered by -v: at 2 to info, at 4 to debug,
+// and from 5 on one level below debug per step, so that client-go's V(n)
+// lines (its request logging from 6 on, logged through klog into the same
+// handler by logging.Setup) pass exactly up to -v's n, as in kubectl. An
+// invalid --log-level is left for logging.New to refuse.
+func effectiveLevel(logLevel string, verbosity int) string {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return logLevel
+	}
+	want := lvl
+	switch {
+	case verbosity > 4:
+		// slog.Level(-n) is what logr gives klog's V(n).
+		want = slog.Level(-verbosity)
+	case verbosity == 4:
+		want = slog.LevelDebug
+	case verbosity >= 2:
+		want = slog.LevelInfo
+	}
+	return min(lvl, want).String()
+}
+
+// setKlogVerbosity sets klog's verbosity, which gates client-go's
+// non-contextual V(n) logging (its contextual logging is gated by the
+// handler's level, see effectiveLevel). klog's state is process-wide, as in
+// kubectl; its output is logging.Setup's handler.
+func setKlogVerbosity(v int) error {
+	if v < 0 {
+		return fmt.Errorf("invalid -v %d: must not be negative", v)
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	if err := fs.Set("v", strconv.Itoa(v)); err != nil {
+		return fmt.Errorf("klog verbosity: %w", err)
+	}
+	return nil
 }

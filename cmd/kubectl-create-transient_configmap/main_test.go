@@ -29,6 +29,17 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "bad log level", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--log-level=loud"}, offline...), want: exitUsage, wantStderr: "invalid --log-level"},
 		{name: "negative timeout", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--timeout=-1s"}, offline...), want: exitUsage, wantStderr: "--timeout must not be negative"},
 		{name: "API server unreachable", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--", "true"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		// -v is kubectl's verbosity: at 6 client-go logs each request as
+		// kubectl does (through klog into the command's log handler, at level
+		// DEBUG-2, which is slog's -6); --version keeps its long name only.
+		{name: "-v=6 logs the requests", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v=6"}, offline...), want: exitFail, wantStderr: `msg=Response verb=POST url="https://127.0.0.1:1/apis/batch/v1/namespaces/ns/jobs`},
+		{name: "-v 4 logs debug diagnostics", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v", "4"}, offline...), want: exitFail, wantStderr: `level=DEBUG msg="create job"`},
+		{name: "--v=2 is the long form", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--v=2"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		{name: "-v is not --version", args: []string{"-v"}, want: exitUsage, wantStderr: "flag needs an argument: 'v' in -v"},
+		{name: "--version", args: []string{"--version"}, want: exitOK, wantStdout: "kubectl create transient_configmap version "},
+		// No cobra completion subcommand: "completion" is a NAME like any.
+		{name: "completion is a NAME", args: append([]string{"completion", "--job-name=j", "--job-image=busybox"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		{name: "completion bash is two NAMEs", args: []string{"completion", "bash"}, want: exitUsage, wantStderr: "exactly one NAME is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
