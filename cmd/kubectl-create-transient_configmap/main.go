@@ -49,6 +49,24 @@ const example = `  # Run a Job from a CronJob with a ConfigMap that exists only 
   kubectl create transient_configmap my-config --from-file=conf/ \
     --job-name=once --job-image=busybox --logs -- sh -c 'env; cat /etc/hostname'`
 
+// pauseAtEnv names a step (transient.Step*) at which the plugin stops for
+// good, for tests that kill it there with SIGKILL to show what a crash at
+// that point leaves. An environment variable rather than a flag because it
+// is no user's business, and kubectl passes it through to the plugin.
+const pauseAtEnv = "SWEEP_TRANSIENT_PAUSE_AT"
+
+// pauseAt returns a Runner.AtStep that announces the step on stderr and
+// blocks forever once the run reaches it.
+func pauseAt(step string, stderr io.Writer) func(string) {
+	return func(s string) {
+		if s != step {
+			return
+		}
+		fmt.Fprintf(stderr, "paused at %s\n", s)
+		select {}
+	}
+}
+
 // usageError is a command line mistake (exit 2, not 1).
 type usageError struct{ error }
 
@@ -159,6 +177,9 @@ is deleted first).`,
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
 			r := &transient.Runner{Client: cs, Out: stdout, Log: log}
+			if step := os.Getenv(pauseAtEnv); step != "" {
+				r.AtStep = pauseAt(step, stderr)
+			}
 			// kubectl's --request-timeout also bounds each of the plugin's
 			// writes, and with them how old a suspended Job must be to
 			// count as left by an interrupted run.

@@ -157,10 +157,29 @@ func (c *cluster) cronJob(t *testing.T, ns, name, cmName string) *batchv1.CronJo
 	return cj
 }
 
+// syncBuffer is a bytes.Buffer that the test may read while the process
+// writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // run is one invocation of kubectl with the plugin on PATH.
 type run struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	done           chan struct{}
 	code           int
 	elapsed        time.Duration
@@ -170,9 +189,16 @@ type run struct {
 // that nothing but kubectl's own plugin discovery can find it.
 func (c *cluster) start(t *testing.T, kubeconfig string, args ...string) *run {
 	t.Helper()
+	return c.startEnv(t, kubeconfig, nil, args...)
+}
+
+// startEnv is start with more environment variables, which kubectl passes on
+// to the plugin.
+func (c *cluster) startEnv(t *testing.T, kubeconfig string, env []string, args ...string) *run {
+	t.Helper()
 	r := &run{done: make(chan struct{})}
 	r.cmd = exec.Command(c.kubectl, args...)
-	r.cmd.Env = []string{"PATH=" + c.path, "KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir()}
+	r.cmd.Env = append([]string{"PATH=" + c.path, "KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir()}, env...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	begin := time.Now()
 	if err := r.cmd.Start(); err != nil {
@@ -212,6 +238,24 @@ func (r *run) wait(t *testing.T, limit time.Duration) int {
 	}
 	t.Logf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), &r.stdout, &r.stderr)
 	return r.code
+}
+
+// waitStderr waits until the plugin's stderr contains want, failing early if
+// it exits first.
+func (r *run) waitStderr(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		if strings.Contains(r.stderr.String(), want) {
+			return true, nil
+		}
+		if !r.running() {
+			return false, fmt.Errorf("plugin exited with %d", r.code)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("stderr lacks %q after %s: %v\nstdout:\n%s\nstderr:\n%s", want, within, err, &r.stdout, &r.stderr)
+	}
 }
 
 func (r *run) running() bool {
@@ -425,7 +469,7 @@ func TestPlugin(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		wantLines(t, r.stdout.String(),
-			`job.batch/manual created \(suspended\)`, `configmap/cfg created`, `job.batch/manual resumed`,
+			`job.batch/manual created \(not started\)`, `configmap/cfg created`, `job.batch/manual started`,
 			`job.batch/manual condition met \(Complete\)`, `job.batch/manual deleted`, `configmap/cfg deleted`)
 		// The plugin waited for the ConfigMap to go: nothing is left right away.
 		c.checkClean(t, ns, 10*time.Second)
@@ -443,9 +487,10 @@ func TestPlugin(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "leftover")
 		cj := c.cronJob(t, ns, "nightly", "cfg")
-		// What a run killed between creating its Job and its ConfigMap
-		// leaves: a suspended Job of ours that never started. A Job of the
-		// same name that is not ours must stay and block the run.
+		// What a run of an earlier version killed between creating its Job
+		// and its ConfigMap left: a suspended Job of ours that never started
+		// (today's leftovers expire by themselves, see "SIGKILL at"). A Job
+		// of the same name that is not ours must stay and block the run.
 		leave := func(name string, labels map[string]string) {
 			t.Helper()
 			job := transient.JobFromCronJob(cj, name)
@@ -457,7 +502,9 @@ func TestPlugin(t *testing.T) {
 		}
 		leave("manual", map[string]string{transient.RunLabel: "dead1"})
 		leave("theirs", nil)
-		time.Sleep(2500 * time.Millisecond) // past two --request-timeout=1s
+		// Past the setup deadline of --request-timeout=1s (3 × 1 s + 5 s),
+		// when no live run can still start it.
+		time.Sleep(8500 * time.Millisecond)
 
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--request-timeout=1s",
 			"--from-literal=num=9", "--job-name=theirs", "--job-from=cronjob/nightly")
@@ -475,8 +522,8 @@ func TestPlugin(t *testing.T) {
 		if code := r.wait(t, 60*time.Second); code != 0 {
 			t.Fatalf("exit %d, want 0\n%s", code, &r.stderr)
 		}
-		wantLines(t, r.stdout.String(), `job.batch/manual was left suspended by an interrupted run \(dead1\); replaced`,
-			`job.batch/manual created \(suspended\)`, `job.batch/manual resumed`, `configmap/cfg deleted`)
+		wantLines(t, r.stdout.String(), `job.batch/manual was left unstarted by an interrupted run \(dead1\); replaced`,
+			`job.batch/manual created \(not started\)`, `job.batch/manual started`, `configmap/cfg deleted`)
 	})
 
 	t.Run("failure with the dash spelling", func(t *testing.T) {
@@ -530,9 +577,9 @@ func TestPlugin(t *testing.T) {
 		if code := r.wait(t, 60*time.Second); code != 1 {
 			t.Fatalf("exit %d, want 1", code)
 		}
-		if r.elapsed < 4*time.Second {
-			t.Errorf("exited after %s, before the 4s timeout", r.elapsed)
-		}
+		// The plugin's timer or the Job's activeDeadlineSeconds, whichever
+		// comes first (the Job controller counts from the Job's start time,
+		// in whole seconds): the same outcome.
 		wantLines(t, r.stdout.String(), `job.batch/manual not finished after 4s`, `job.batch/manual deleted`, `configmap/cfg deleted`)
 		if !strings.Contains(r.stderr.String(), "timed out waiting for the job") {
 			t.Errorf("stderr lacks the timeout:\n%s", &r.stderr)
@@ -608,6 +655,47 @@ func TestPlugin(t *testing.T) {
 		// ConfigMap: no client involved.
 		c.checkClean(t, ns, 60*time.Second)
 	})
+
+	// A run killed at any step leaves only what the cluster removes by
+	// itself, without a later run: before the start, a Job that fails at its
+	// setup deadline (3 × --request-timeout + 5 s) and goes at once (TTL 0)
+	// with its ConfigMap; after it, a Job that ends at its deadline
+	// (--timeout) or when its pod ends, and goes after
+	// --ttl-after-finished. The plugin stops at the step (SWEEP_TRANSIENT_PAUSE_AT)
+	// and is killed there with SIGKILL.
+	for _, tc := range []struct {
+		step      string
+		finishPod bool // play the kubelet: the step comes after the pod ends
+	}{
+		{step: transient.StepJobCreated},
+		{step: transient.StepConfigMapCreated},
+		{step: transient.StepJobStarted},
+		{step: transient.StepJobFinished, finishPod: true},
+		{step: transient.StepJobDeleted, finishPod: true},
+	} {
+		t.Run("SIGKILL at "+tc.step, func(t *testing.T) {
+			t.Parallel()
+			ns := c.namespace(t, "kill-"+tc.step)
+			c.cronJob(t, ns, "nightly", "cfg")
+			r := c.startEnv(t, kc, []string{"SWEEP_TRANSIENT_PAUSE_AT=" + tc.step}, "create", "transient_configmap", "cfg", "-n", ns,
+				"--from-literal=num=13", "--job-name=manual", "--job-from=cronjob/nightly",
+				"--request-timeout=2s", "--timeout=5s", "--ttl-after-finished=1s")
+			if tc.finishPod {
+				c.finishPod(t, c.pod(t, r, ns, "manual"), corev1.PodSucceeded)
+			}
+			r.waitStderr(t, "paused at "+tc.step, 60*time.Second)
+			if err := r.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if code := r.wait(t, 10*time.Second); code != 128+int(syscall.SIGKILL) {
+				t.Fatalf("exit %d, want death by SIGKILL", code)
+			}
+			// The bound is seconds here (11 s setup deadline, 5 s timeout,
+			// 1 s TTL, plus the controllers' latency); the wait is long so
+			// that a loaded machine does not fail the test.
+			c.checkClean(t, ns, 2*time.Minute)
+		})
+	}
 
 	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
 		t.Parallel()
