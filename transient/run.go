@@ -343,6 +343,39 @@ func (r *Runner) plan(ctx context.Context, o Options) (plan, error) {
 	return plan{job: job, cmName: cmName, runID: runID, start: start}, nil
 }
 
+// DryRun returns the Job and the ConfigMap exactly as Run would create them,
+// and creates nothing: the Job in its setup form (see StartSpecAnnotation).
+// With server the API server answers both creations with dryRun=All, so
+// admission, defaulting and validation are the cluster's, and the
+// ConfigMap's owner reference has the UID that the server gave the Job in
+// its answer; without, they are built locally (only the CronJob is read) and
+// that UID is empty, as it is not known before the Job exists.
+func (r *Runner) DryRun(ctx context.Context, o Options, server bool) (*batchv1.Job, *corev1.ConfigMap, error) {
+	pl, err := r.plan(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	job := pl.job
+	if server {
+		opCtx, cancel := r.op(ctx)
+		job, err = r.Client.BatchV1().Jobs(o.Namespace).Create(opCtx, job, metav1.CreateOptions{FieldManager: fieldManager, DryRun: []string{metav1.DryRunAll}})
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("create job (server dry run): %w", err)
+		}
+	}
+	cm := newConfigMap(o, pl.cmName, pl.runID, job)
+	if server {
+		opCtx, cancel := r.op(ctx)
+		cm, err = r.Client.CoreV1().ConfigMaps(o.Namespace).Create(opCtx, cm, metav1.CreateOptions{FieldManager: fieldManager, DryRun: []string{metav1.DryRunAll}})
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("create configmap (server dry run): %w", err)
+		}
+	}
+	return job, cm, nil
+}
+
 // fieldManager names this client in the objects' managedFields.
 const fieldManager = "kubectl-create-transient_configmap"
 

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
@@ -112,7 +114,9 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 		logFormat string
 		logLevel  string
 		verbosity int
+		dryRun    string
 	)
+	printFlags := genericclioptions.NewPrintFlags("created").WithTypeSetter(scheme.Scheme)
 	cmd := &cobra.Command{
 		Use:   "transient_configmap NAME --job-name=JOB (--job-from=cronjob/CRONJOB | --job-image=IMAGE [-- COMMAND [ARG...]]) [--from-literal=KEY=VALUE] [--from-file=[KEY=]SOURCE] [--from-env-file=PATH]",
 		Short: "Run a Job with a ConfigMap that is deleted with the Job",
@@ -148,6 +152,16 @@ is deleted first).`,
 				}
 				opts.CronJob = name
 			}
+			strategy, warning, err := parseDryRun(dryRun)
+			if err != nil {
+				return usageError{err}
+			}
+			if warning != "" {
+				fmt.Fprintln(stderr, "Warning: "+warning)
+			}
+			if strategy == dryRunNone && printFlags.OutputFlagSpecified() {
+				return usageError{errors.New("--output needs --dry-run=client or --dry-run=server: a run prints its steps, not the objects")}
+			}
 			log, err := logging.Setup(stderr, logFormat, effectiveLevel(logLevel, verbosity))
 			if err != nil {
 				return usageError{err}
@@ -179,6 +193,9 @@ is deleted first).`,
 			r := &transient.Runner{Client: cs, Out: stdout, Log: log}
 			if step := os.Getenv(pauseAtEnv); step != "" {
 				r.AtStep = pauseAt(step, stderr)
+			}
+			if strategy != dryRunNone {
+				return printDryRun(cmd.Context(), r, opts, strategy, printFlags, stdout)
 			}
 			// kubectl's --request-timeout also bounds each of the plugin's
 			// writes, and with them how old a suspended Job must be to
@@ -215,6 +232,8 @@ is deleted first).`,
 	f.DurationVar(&opts.Timeout, "timeout", 0, "how long to wait for the Job to finish before deleting it; 0 waits as long as it runs")
 	f.DurationVar(&opts.TTLAfterFinished, "ttl-after-finished", 10*time.Minute, "ttlSecondsAfterFinished of the Job: how long a finished Job and its ConfigMap stay if this command is no longer there to delete them")
 	f.BoolVar(&opts.Logs, "logs", false, "stream the logs of the Job's pods")
+	f.StringVar(&dryRun, "dry-run", "none", `Must be "none", "server", or "client". If client strategy, only print the Job and the ConfigMap that would be sent, without sending them. If server strategy, submit server-side requests without persisting them. Nothing is created either way.`)
+	f.Lookup("dry-run").NoOptDefVal = dryRunUnchanged
 	f.BoolVar(&opts.Isolate, "isolate", false, "give the ConfigMap a unique name and point the Job's pod template at it, so that no other run of the CronJob sees it")
 	f.StringVar(&logFormat, "log-format", "text", "format of diagnostics on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "warn", "level of diagnostics on stderr: debug, info, warn or error")
@@ -224,7 +243,68 @@ is deleted first).`,
 	// gets no shorthand.
 	f.IntVarP(&verbosity, "v", "v", 0, "number for the log level verbosity, as in kubectl: 2 info, 4 debug, 6 and up the API requests (6 URLs, 7 headers, 8 bodies)")
 	kube.AddFlags(f)
+	printFlags.AddFlags(cmd)
 	return cmd
+}
+
+// dryRunStrategy is kubectl's --dry-run.
+type dryRunStrategy int
+
+const (
+	dryRunNone dryRunStrategy = iota
+	dryRunClient
+	dryRunServer
+)
+
+// dryRunUnchanged is what a bare --dry-run stands for, as in kubectl.
+const dryRunUnchanged = "unchanged"
+
+// parseDryRun reads --dry-run as kubectl does, deprecated spellings (a bare
+// --dry-run, booleans) included, which return a warning.
+func parseDryRun(v string) (dryRunStrategy, string, error) {
+	switch v {
+	case "none":
+		return dryRunNone, "", nil
+	case "client":
+		return dryRunClient, "", nil
+	case "server":
+		return dryRunServer, "", nil
+	case dryRunUnchanged:
+		return dryRunClient, "--dry-run is deprecated and can be replaced with --dry-run=client.", nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return dryRunNone, "", fmt.Errorf(`invalid dry-run value (%v): must be "none", "server", or "client"`, v)
+	}
+	if b {
+		return dryRunClient, fmt.Sprintf("--dry-run=%v is deprecated (boolean value) and can be replaced with --dry-run=client.", v), nil
+	}
+	return dryRunNone, fmt.Sprintf("--dry-run=%v is deprecated (boolean value) and can be replaced with --dry-run=none.", v), nil
+}
+
+// printDryRun prints the Job and the ConfigMap as the run would create them,
+// in that order, with kubectl's printers: "created (dry run)" lines without
+// -o, else -o's format (YAML documents separated by ---, as kubectl).
+func printDryRun(ctx context.Context, r *transient.Runner, o transient.Options, strategy dryRunStrategy, pf *genericclioptions.PrintFlags, out io.Writer) error {
+	job, cm, err := r.DryRun(ctx, o, strategy == dryRunServer)
+	if err != nil {
+		return err
+	}
+	if strategy == dryRunServer {
+		pf.Complete("%s (server dry run)")
+	} else {
+		pf.Complete("%s (dry run)")
+	}
+	printer, err := pf.ToPrinter()
+	if err != nil {
+		return usageError{err}
+	}
+	for _, obj := range []runtime.Object{job, cm} {
+		if err := printer.PrintObj(obj, out); err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+	}
+	return nil
 }
 
 // effectiveLevel is --log-level, lowered by -v: at 2 to info, at 4 to debug,

@@ -697,6 +697,50 @@ func TestPlugin(t *testing.T) {
 		})
 	}
 
+	t.Run("--dry-run=server -o json prints the server's answers and creates nothing", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "dry-run")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=14", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server", "-o", "json")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		dec := json.NewDecoder(strings.NewReader(r.stdout.String()))
+		var job batchv1.Job
+		var cm corev1.ConfigMap
+		if err := dec.Decode(&job); err != nil {
+			t.Fatalf("job: %v", err)
+		}
+		if err := dec.Decode(&cm); err != nil {
+			t.Fatalf("configmap: %v", err)
+		}
+		// The API server's answers: defaulted, with a UID, and the
+		// ConfigMap owned by that UID; the Job in its setup form.
+		if job.Kind != "Job" || job.UID == "" || job.Spec.Template.Spec.DNSPolicy != corev1.DNSClusterFirst ||
+			job.Spec.Parallelism == nil || *job.Spec.Parallelism != 0 || job.Annotations[transient.StartSpecAnnotation] == "" {
+			t.Errorf("job %+v", job)
+		}
+		if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != cj.UID || job.OwnerReferences[0].BlockOwnerDeletion != nil {
+			t.Errorf("job owner references %+v", job.OwnerReferences)
+		}
+		if cm.Kind != "ConfigMap" || cm.Data["num"] != "14" || len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != job.UID {
+			t.Errorf("configmap %+v", cm)
+		}
+		c.checkClean(t, ns, time.Second)
+
+		// Without -o, kubectl's lines.
+		r = c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=14", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		if got, want := r.stdout.String(), "job.batch/manual created (server dry run)\nconfigmap/cfg created (server dry run)\n"; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+		c.checkClean(t, ns, time.Second)
+	})
+
 	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "isolate")
