@@ -129,6 +129,10 @@ type Runner struct {
 	// Out receives one line per step, in kubectl's style
 	// ("configmap/foo created"), and with Options.Logs the pods' logs.
 	Out io.Writer
+	// ErrOut receives warnings for the user, as kubectl prints them
+	// ("Warning: ..."): what keeps the Job's pods from running. Nil
+	// discards them.
+	ErrOut io.Writer
 	// Log receives diagnostics.
 	Log *slog.Logger
 	// RequestTimeout bounds each create, patch or delete. These run on a
@@ -197,6 +201,16 @@ func (r *Runner) writeLine(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fmt.Fprintln(r.Out, s)
+}
+
+// warnLine writes one line to ErrOut.
+func (r *Runner) warnLine(s string) {
+	if r.ErrOut == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintln(r.ErrOut, s)
 }
 
 // op returns a context for one request that survives the cancellation of
@@ -270,7 +284,15 @@ func (r *Runner) Run(ctx context.Context, o Options) error {
 	if o.Logs {
 		logs = r.startLogs(waitCtx, log, job)
 	}
+	blockersCtx, stopBlockers := context.WithCancel(waitCtx)
+	blockersDone := make(chan struct{})
+	go func() {
+		defer close(blockersDone)
+		r.reportBlockers(blockersCtx, log, job)
+	}()
 	final, waitErr := r.waitJob(waitCtx, job)
+	stopBlockers()
+	<-blockersDone
 	if logs != nil {
 		// Containers that terminated still flush their last lines; give them a
 		// moment, not the whole TTL.

@@ -190,7 +190,7 @@ is deleted first).`,
 			if err != nil {
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
-			r := &transient.Runner{Client: cs, Out: stdout, Log: log}
+			r := &transient.Runner{Client: cs, Out: stdout, ErrOut: stderr, Log: log}
 			if step := os.Getenv(pauseAtEnv); step != "" {
 				r.AtStep = pauseAt(step, stderr)
 			}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -42,8 +43,9 @@ var runnerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
 	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+	// To warn about what blocks the Job's pods; with --logs also to find them.
+	{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"list"}},
 	// For --logs only.
-	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 }
 
@@ -739,6 +741,84 @@ func TestPlugin(t *testing.T) {
 			t.Errorf("stdout %q, want %q", got, want)
 		}
 		c.checkClean(t, ns, time.Second)
+	})
+
+	t.Run("a Job whose pods are refused by quota: Warning, and the wait goes on", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "quota")
+		c.cronJob(t, ns, "nightly", "cfg")
+		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-pods"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+		if _, err := c.cs.CoreV1().ResourceQuotas(ns).Create(t.Context(), quota, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=15", "--job-name=manual", "--job-from=cronjob/nightly")
+		// The Job controller's FailedCreate event, as kubectl would warn.
+		r.waitStderr(t, "Warning: job.batch/manual: FailedCreate: Error creating: pods ", 60*time.Second)
+		if !strings.Contains(r.stderr.String(), "exceeded quota: no-pods") {
+			t.Errorf("the warning does not name the quota:\n%s", &r.stderr)
+		}
+		// Still waiting: a quota may be raised. The user ends it.
+		if !r.running() {
+			t.Fatalf("plugin exited with %d after the warning", r.code)
+		}
+		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t, 30*time.Second); code != 130 {
+			t.Fatalf("exit %d, want 130", code)
+		}
+		c.checkClean(t, ns, 30*time.Second)
+	})
+
+	t.Run("an unschedulable pod with an image it cannot pull: Warnings", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "blocked")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=16", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		// Play the scheduler, then the kubelet: what each reports in the
+		// pod's status (there is neither here).
+		setStatus := func(mutate func(*corev1.Pod)) {
+			t.Helper()
+			err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				mutate(p)
+				_, err = c.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+				if apierrors.IsConflict(err) {
+					return false, nil
+				}
+				return err == nil, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		setStatus(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+		})
+		r.waitStderr(t, "Warning: pod/"+pod.Name+": Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.", 60*time.Second)
+		setStatus(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "batch", Image: "registry.invalid/batch:1",
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.invalid/batch:1"`}}}}
+		})
+		r.waitStderr(t, `Warning: pod/`+pod.Name+`: container batch: ImagePullBackOff: Back-off pulling image "registry.invalid/batch:1"`, 60*time.Second)
+		if !r.running() {
+			t.Fatalf("plugin exited with %d after the warnings", r.code)
+		}
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		c.checkClean(t, ns, 10*time.Second)
 	})
 
 	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
