@@ -594,7 +594,7 @@ func (r *Runner) createJob(ctx context.Context, log *slog.Logger, job *batchv1.J
 	defer cancel()
 	created, err := r.Client.BatchV1().Jobs(job.Namespace).Create(opCtx, job, metav1.CreateOptions{FieldManager: fieldManager})
 	if err != nil {
-		log.Debug("create job", "err", err)
+		log.Debug("create job", "error", err)
 	}
 	return created, err
 }
@@ -658,7 +658,7 @@ func (r *Runner) deleteJob(ctx context.Context, log *slog.Logger, job *batchv1.J
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already (TTL controller, someone else) or replaced: either way
 		// not ours to delete any more.
-		log.Info("job already gone", "err", err)
+		log.Info("job already gone", "error", err)
 		return nil
 	default:
 		return fmt.Errorf("delete job %q: %w", job.Name, err)
@@ -678,7 +678,7 @@ func (r *Runner) waitConfigMapGone(ctx context.Context, log *slog.Logger, cm *co
 			return true, nil
 		}
 		if err != nil {
-			log.Debug("get configmap", "err", err)
+			log.Debug("get configmap", "error", err)
 			return false, nil
 		}
 		return got.UID != cm.UID, nil
