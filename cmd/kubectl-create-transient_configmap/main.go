@@ -22,6 +22,11 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	// kubeconfigs with the legacy auth-provider oidc (still common with
+	// OIDC logins set up before exec plugins) load as in kubectl; the
+	// package registers itself, which is the only way client-go offers.
+	_ "k8s.io/client-go/plugin/pkg/client/auth/oidc"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
@@ -29,12 +34,15 @@ import (
 	"github.com/sweep-k8s/sweep/transient"
 )
 
-// Exit codes. 130 is what a shell reports for a command ended by SIGINT, so
+// Exit codes. 124 is timeout(1)'s for a command that ran out of time, so
+// that a script can tell a Job that failed from one that did not finish in
+// time. 130 is what a shell reports for a command ended by SIGINT, so
 // scripts see an interrupted run as such whichever signal it was.
 const (
 	exitOK          = 0
 	exitFail        = 1
 	exitUsage       = 2
+	exitTimeout     = 124
 	exitInterrupted = 130
 )
 
@@ -98,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		case errors.Is(err, transient.ErrInterrupted):
 			return exitInterrupted
+		case errors.Is(err, transient.ErrTimeout):
+			return exitTimeout
 		default:
 			return exitFail
 		}
@@ -120,15 +130,17 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "transient_configmap NAME --job-name=JOB (--job-from=cronjob/CRONJOB | --job-image=IMAGE [-- COMMAND [ARG...]]) [--from-literal=KEY=VALUE] [--from-file=[KEY=]SOURCE] [--from-env-file=PATH]",
 		Short: "Run a Job with a ConfigMap that is deleted with the Job",
-		Long: `Create a Job (suspended), a ConfigMap owned by that Job, start the Job, wait until
-it completes or fails, then delete the Job; the garbage collector deletes the
-ConfigMap with it. Because the ConfigMap is owned by the Job it cannot outlive
-it, even if this command is killed: a finished Job is deleted after
---ttl-after-finished, and its ConfigMap with it.
+		Long: `Create a Job (not started yet), a ConfigMap owned by that Job, start the Job,
+wait until it completes or fails, then delete the Job; the garbage collector
+deletes the ConfigMap with it. Because the ConfigMap is owned by the Job it
+cannot outlive it, even if this command is killed: a Job that was not started
+fails after 3 request timeouts + 5s and goes at once, a started one goes
+--ttl-after-finished after it finishes (at the latest at --timeout), and the
+ConfigMap with it.
 
-Exit status: 0 when the Job completed, 1 when it failed, timed out or a request
-failed, 2 for a usage error, 130 when interrupted (SIGINT or SIGTERM; the Job
-is deleted first).`,
+Exit status: 0 when the Job completed, 1 when it failed or a request failed,
+2 for a usage error, 124 when --timeout ran out, 130 when interrupted (SIGINT
+or SIGTERM; the Job is deleted first).`,
 		Example:               example,
 		DisableFlagsInUseLine: true,
 		SilenceErrors:         true,
@@ -186,20 +198,12 @@ is deleted first).`,
 				return fmt.Errorf("kubernetes client config: %w", err)
 			}
 			cfg.UserAgent = "kubectl-create-transient_configmap/" + version.Version()
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return fmt.Errorf("kubernetes client: %w", err)
-			}
-			r := &transient.Runner{Client: cs, Out: stdout, ErrOut: stderr, Log: log}
-			if step := os.Getenv(pauseAtEnv); step != "" {
-				r.AtStep = pauseAt(step, stderr)
-			}
-			if strategy != dryRunNone {
-				return printDryRun(cmd.Context(), r, opts, strategy, printFlags, stdout)
-			}
+			// The server's warnings (deprecations, admission warnings) as
+			// kubectl prints them, not as log lines.
+			cfg.WarningHandler = rest.NewWarningWriter(stderr, rest.WarningWriterOptions{Deduplicate: true})
 			// kubectl's --request-timeout also bounds each of the plugin's
-			// writes, and with them how old a suspended Job must be to
-			// count as left by an interrupted run.
+			// requests, and with them the setup deadline of the Job.
+			var requestTimeout time.Duration
 			if kube.Timeout != nil && *kube.Timeout != "" && *kube.Timeout != "0" {
 				// As kubectl: whole seconds, or a duration with a unit.
 				d, err := time.ParseDuration(*kube.Timeout)
@@ -209,7 +213,22 @@ is deleted first).`,
 				if err != nil {
 					return usageError{fmt.Errorf("--request-timeout: %w", err)}
 				}
-				r.RequestTimeout = d
+				requestTimeout = d
+			}
+			// The runner bounds each request itself (RequestTimeout); as the
+			// client's timeout --request-timeout would also cut the Job's
+			// watch and the --logs streams, which last as long as the Job.
+			cfg.Timeout = 0
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("kubernetes client: %w", err)
+			}
+			r := &transient.Runner{Client: cs, Out: stdout, ErrOut: stderr, Log: log, RequestTimeout: requestTimeout}
+			if step := os.Getenv(pauseAtEnv); step != "" {
+				r.AtStep = pauseAt(step, stderr)
+			}
+			if strategy != dryRunNone {
+				return printDryRun(cmd.Context(), r, opts, strategy, printFlags, stdout)
 			}
 			return r.Run(cmd.Context(), opts)
 		},

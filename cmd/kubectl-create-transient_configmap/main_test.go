@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 )
 
@@ -102,5 +106,30 @@ func TestDryRunClientYAML(t *testing.T) {
 	if cm.Kind != "ConfigMap" || cm.APIVersion != "v1" || cm.Name != "cfg" || cm.Data["k"] != "v" ||
 		len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Name != "j" || cm.OwnerReferences[0].Kind != "Job" {
 		t.Errorf("configmap %+v", cm)
+	}
+}
+
+// TestOIDCAuthProvider: a kubeconfig with the legacy auth-provider oidc loads
+// (the request then fails on the unreachable server, not on the kubeconfig).
+func TestOIDCAuthProvider(t *testing.T) {
+	// An ID token that has not expired, so the provider uses it as it is
+	// and asks no issuer.
+	enc := base64.RawURLEncoding.EncodeToString
+	idToken := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(`{"exp":4102444800}`)) + "." + enc([]byte("sig"))
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", InsecureSkipTLSVerify: true}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{AuthProvider: &clientcmdapi.AuthProviderConfig{Name: "oidc", Config: map[string]string{
+		"idp-issuer-url": "https://issuer.invalid", "client-id": "kubectl", "id-token": idToken,
+	}}}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: "ns"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"cfg", "--kubeconfig=" + path, "--job-name=j", "--job-image=busybox", "--request-timeout=5s"}, &stdout, &stderr)
+	if code != exitFail || !strings.Contains(stderr.String(), "error: create job:") || strings.Contains(stderr.String(), "Auth Provider") {
+		t.Fatalf("exit %d, want 1 from the unreachable server\n%s", code, &stderr)
 	}
 }

@@ -38,11 +38,13 @@ const pluginName = "kubectl-create-transient_configmap"
 // runnerRules, to show that they are enough.
 const runnerToken = "transient-runner-token"
 
-// runnerRules are the permissions the plugin needs (the README lists them).
+// runnerRules are the permissions the plugin may use, exactly the README's
+// table.
 var runnerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+	// delete: the fallback when the garbage collector is late.
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "delete"}},
 	// To warn about what blocks the Job's pods; with --logs also to find them.
 	{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"list"}},
 	// For --logs only.
@@ -576,8 +578,8 @@ func TestPlugin(t *testing.T) {
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
 			"--from-literal=num=4", "--job-name=manual", "--job-from=cronjob/nightly", "--timeout=4s")
 		c.pod(t, r, ns, "manual")
-		if code := r.wait(t, 60*time.Second); code != 1 {
-			t.Fatalf("exit %d, want 1", code)
+		if code := r.wait(t, 60*time.Second); code != 124 {
+			t.Fatalf("exit %d, want 124", code)
 		}
 		// The plugin's timer or the Job's activeDeadlineSeconds, whichever
 		// comes first (the Job controller counts from the Job's start time,
@@ -820,6 +822,45 @@ func TestPlugin(t *testing.T) {
 		}
 		c.checkClean(t, ns, 10*time.Second)
 	})
+
+	t.Run("the API server's warnings are printed as kubectl prints them", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "api-warning")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		// A deprecated node label in the pod template: the API server
+		// warns about it on every create of a Job from this template.
+		cj.Spec.JobTemplate.Spec.Template.Spec.NodeSelector = map[string]string{"beta.kubernetes.io/os": "linux"}
+		if _, err := c.cs.BatchV1().CronJobs(ns).Update(t.Context(), cj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=17", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		wantLines(t, r.stderr.String(), regexp.QuoteMeta(`Warning: spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use "kubernetes.io/os" instead`))
+	})
+
+	// kubectl 1.31 and later find a create plugin whatever follows its
+	// name; 1.29 and 1.30 only when a flag follows it directly (they look
+	// up kubectl-create-transient_configmap-cfg otherwise), so the README
+	// gives that order for them. Both orders work with the kubectl here.
+	for _, tc := range []struct{ name, args string }{
+		{name: "NAME first", args: "create transient_configmap cfg --job-name=j --job-image=busybox --dry-run=client -o name"},
+		{name: "a flag first, for kubectl 1.29 and 1.30", args: "create transient_configmap --dry-run=client cfg --job-name=j --job-image=busybox -o name"},
+		{name: "dash spelling, a flag first", args: "create transient-configmap -o name --dry-run=client cfg --job-name=j --job-image=busybox"},
+	} {
+		t.Run("kubectl finds the plugin: "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := c.start(t, kc, strings.Fields(tc.args)...)
+			if code := r.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit %d, want 0", code)
+			}
+			if got, want := r.stdout.String(), "job.batch/j\nconfigmap/cfg\n"; got != want {
+				t.Errorf("stdout %q, want %q", got, want)
+			}
+		})
+	}
 
 	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
 		t.Parallel()
