@@ -11,7 +11,7 @@ import (
 )
 
 // RunLabel marks the Job and the ConfigMap of one run with the run's id, so
-// that what a crashed run left (at worst a suspended Job) can be found.
+// that the plugin's Jobs, and what a crashed run left, can be found.
 const RunLabel = "transient.sweep-k8s.io/run"
 
 // instantiateAnnotation is what `kubectl create job --from=cronjob/…` sets on

@@ -68,7 +68,7 @@ func checkJobDelete(t *testing.T, a k8stesting.Action) {
 	}
 }
 
-func TestRunInterruptedBeforeResume(t *testing.T) {
+func TestRunInterruptedBeforeStart(t *testing.T) {
 	cs := newFake(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -162,10 +162,10 @@ func TestLogStreamer(t *testing.T) {
 	}
 }
 
-// TestRunResumeFailsWithoutGC: the start is refused, and no garbage
+// TestRunStartFailsWithoutGC: the start is refused, and no garbage
 // collector runs (the fake has none), so after GCTimeout the runner deletes
 // the ConfigMap itself, guarded by its UID.
-func TestRunResumeFailsWithoutGC(t *testing.T) {
+func TestRunStartFailsWithoutGC(t *testing.T) {
 	cs := newFake(t)
 	cs.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).UID = "cm-uid"
@@ -203,7 +203,7 @@ func TestRunResumeFailsWithoutGC(t *testing.T) {
 
 // TestRunOutcomes drives whole runs against the fake, for the race detector's
 // sake: the watch, the log streams and the step output run concurrently. A
-// goroutine plays the Job controller once the Job is resumed.
+// goroutine plays the Job controller once the Job is started.
 func TestRunOutcomes(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -22,12 +22,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	// kubeconfigs with the legacy auth-provider oidc (still common with
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	// Kubeconfigs with the legacy auth-provider oidc (still common with
 	// OIDC logins set up before exec plugins) load as in kubectl; the
 	// package registers itself, which is the only way client-go offers.
 	_ "k8s.io/client-go/plugin/pkg/client/auth/oidc"
-	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
 	"github.com/sweep-k8s/sweep/internal/version"
@@ -309,10 +310,12 @@ func printDryRun(ctx context.Context, r *transient.Runner, o transient.Options, 
 	if err != nil {
 		return err
 	}
+	template := "%s (dry run)"
 	if strategy == dryRunServer {
-		pf.Complete("%s (server dry run)")
-	} else {
-		pf.Complete("%s (dry run)")
+		template = "%s (server dry run)"
+	}
+	if err := pf.Complete(template); err != nil {
+		return fmt.Errorf("printer: %w", err)
 	}
 	printer, err := pf.ToPrinter()
 	if err != nil {

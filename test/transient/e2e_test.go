@@ -325,7 +325,7 @@ func (c *cluster) finishPod(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase
 	}
 }
 
-// checkRunning checks the objects of a run in flight: the Job resumed with
+// checkRunning checks the objects of a run in flight: the Job started with
 // the TTL and the run label, the ConfigMap owned by the Job's UID, with the
 // given data.
 func (c *cluster) checkRunning(t *testing.T, ns, jobName, cmName string, ttl int32, data map[string]string) (*batchv1.Job, *corev1.ConfigMap) {
@@ -335,8 +335,8 @@ func (c *cluster) checkRunning(t *testing.T, ns, jobName, cmName string, ttl int
 	if err != nil {
 		t.Fatalf("job: %v", err)
 	}
-	if job.Spec.Suspend == nil || *job.Spec.Suspend {
-		t.Errorf("job still suspended")
+	if _, ok := job.Annotations[transient.StartSpecAnnotation]; ok || job.Spec.Parallelism == nil || *job.Spec.Parallelism == 0 {
+		t.Errorf("job not started: parallelism %v, annotations %v", job.Spec.Parallelism, job.Annotations)
 	}
 	if job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != ttl {
 		t.Errorf("ttlSecondsAfterFinished %v, want %d", job.Spec.TTLSecondsAfterFinished, ttl)
