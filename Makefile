@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube test unit vet lint demo clean docs
+.PHONY: all build kube test unit vet lint demo clean docs release
 
 all: build
 
@@ -46,7 +46,12 @@ unit:
 	$(GO) test -race -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
+
+# Release archives of the kubectl plugin for linux, darwin and windows on
+# amd64 and arm64, their sha256 checksums and a krew manifest, in dist/.
+release:
+	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh
 
 # Regenerate the README's flag reference from the commands' --help, and the
 # chart's README from its values.yaml with helm-docs; test/docs_test.go and

@@ -11,7 +11,7 @@ import (
 )
 
 // RunLabel marks the Job and the ConfigMap of one run with the run's id, so
-// that what a crashed run left (at worst a suspended Job) can be found.
+// that the plugin's Jobs, and what a crashed run left, can be found.
 const RunLabel = "transient.sweep-k8s.io/run"
 
 // instantiateAnnotation is what `kubectl create job --from=cronjob/…` sets on
@@ -36,21 +36,25 @@ func ParseJobFrom(s string) (name string, err error) {
 }
 
 // JobFromCronJob is the Job that `kubectl create job NAME --from=cronjob/…`
-// makes: the CronJob's job template, annotated as a manual run and controlled
-// by the CronJob.
+// makes: the CronJob's job template, annotated as a manual run (an annotation
+// of the template's own of that name wins, as in kubectl) and controlled by
+// the CronJob.
 //
 // The owner stays the CronJob, as with kubectl, although the ConfigMap hangs
 // off the Job: deleting the CronJob then also ends a manual run and so its
 // ConfigMap, and the CronJob controller ignores Jobs missing from its active
 // list, so the manual run neither counts against concurrencyPolicy nor is
 // adopted as a scheduled one.
+//
+// The owner reference has no blockOwnerDeletion, as in kubectl (which does not
+// use metav1.NewControllerRef for that reason): setting it needs update on
+// cronjobs/finalizers where OwnerReferencesPermissionEnforcement is enabled
+// (OpenShift, many hardened clusters), a right that people who may run a
+// CronJob by hand rarely have.
 func JobFromCronJob(cj *batchv1.CronJob, name string) *batchv1.Job {
 	tmpl := cj.Spec.JobTemplate
-	ann := maps.Clone(tmpl.Annotations)
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[instantiateAnnotation] = "manual"
+	ann := map[string]string{instantiateAnnotation: "manual"}
+	maps.Copy(ann, tmpl.Annotations)
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -58,9 +62,13 @@ func JobFromCronJob(cj *batchv1.CronJob, name string) *batchv1.Job {
 			Namespace:   cj.Namespace,
 			Labels:      maps.Clone(tmpl.Labels),
 			Annotations: ann,
-			OwnerReferences: []metav1.OwnerReference{
-				*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob")),
-			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: batchv1.SchemeGroupVersion.String(),
+				Kind:       "CronJob",
+				Name:       cj.Name,
+				UID:        cj.UID,
+				Controller: new(true),
+			}},
 		},
 		Spec: *tmpl.Spec.DeepCopy(),
 	}

@@ -1,6 +1,7 @@
 package transient
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -91,9 +92,18 @@ func TestJobFromCronJob(t *testing.T) {
 	if job.Annotations[instantiateAnnotation] != "manual" || job.Annotations["note"] != "n" {
 		t.Errorf("annotations %v", job.Annotations)
 	}
-	if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != "cj-uid" || job.OwnerReferences[0].Kind != "CronJob" || !*job.OwnerReferences[0].Controller {
-		t.Errorf("owner references %+v", job.OwnerReferences)
+	// Exactly kubectl's reference: no blockOwnerDeletion, which would need
+	// update on cronjobs/finalizers under OwnerReferencesPermissionEnforcement.
+	wantRef := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "cj-uid", Controller: new(true)}
+	if len(job.OwnerReferences) != 1 || !reflect.DeepEqual(job.OwnerReferences[0], wantRef) {
+		t.Errorf("owner references %+v, want [%+v]", job.OwnerReferences, wantRef)
 	}
+	// As in kubectl, the template's own instantiate annotation wins.
+	cj.Spec.JobTemplate.Annotations[instantiateAnnotation] = "by-template"
+	if got := JobFromCronJob(cj, "manual").Annotations[instantiateAnnotation]; got != "by-template" {
+		t.Errorf("instantiate annotation %q, want the template's", got)
+	}
+	delete(cj.Spec.JobTemplate.Annotations, instantiateAnnotation)
 	// The copy must not alias the CronJob's template.
 	job.Labels["team"] = "b"
 	job.Annotations["note"] = "m"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -58,7 +59,7 @@ func (s *logStreamer) run(ctx context.Context) {
 	scan := func() {
 		list, err := pods.List(ctx, sel)
 		if err != nil {
-			s.log.Debug("list job pods for logs", "err", err)
+			s.log.Debug("list job pods for logs", "error", err)
 			return
 		}
 		s.log.Debug("looking for containers to stream logs of", "pods", len(list.Items))
@@ -68,7 +69,10 @@ func (s *logStreamer) run(ctx context.Context) {
 				if cs.State.Running == nil && cs.State.Terminated == nil {
 					continue
 				}
-				key := p.Name + "/" + cs.Name
+				// Each run of a container has its own stream: one that
+				// restarted (restartPolicy OnFailure, restartable init
+				// containers) is followed again from its new start.
+				key := fmt.Sprintf("%s/%s/%d", p.Name, cs.Name, cs.RestartCount)
 				if started[key] {
 					continue
 				}
@@ -98,7 +102,7 @@ func (s *logStreamer) follow(ctx context.Context, pod, container string) {
 	s.log.Debug("streaming logs", "pod", pod, "container", container)
 	stream, err := req.Stream(ctx)
 	if err != nil {
-		s.log.Warn("stream logs", "pod", pod, "container", container, "err", err)
+		s.log.Warn("stream logs", "pod", pod, "container", container, "error", err)
 		return
 	}
 	defer stream.Close()
@@ -110,9 +114,9 @@ func (s *logStreamer) follow(ctx context.Context, pod, container string) {
 			s.r.writeLine(prefix + strings.TrimSuffix(line, "\n"))
 		}
 		if err != nil {
-			s.log.Debug("log stream ended", "pod", pod, "container", container, "err", err)
+			s.log.Debug("log stream ended", "pod", pod, "container", container, "error", err)
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-				s.log.Warn("stream logs", "pod", pod, "container", container, "err", err)
+				s.log.Warn("stream logs", "pod", pod, "container", container, "error", err)
 			}
 			return
 		}

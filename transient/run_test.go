@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func checkJobDelete(t *testing.T, a k8stesting.Action) {
 	}
 }
 
-func TestRunInterruptedBeforeResume(t *testing.T) {
+func TestRunInterruptedBeforeStart(t *testing.T) {
 	cs := newFake(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -83,17 +84,17 @@ func TestRunInterruptedBeforeResume(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInterrupted", err)
 	}
 	// The ConfigMap request completed although the context was cancelled
-	// in flight, the Job was never resumed, and it was deleted.
+	// in flight, the Job was never started, and it was deleted.
 	want := []string{"create jobs", "create configmaps", "delete jobs"}
 	if got := verbs(cs); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("requests %v, want %v", got, want)
 	}
 	created := cs.Actions()[0].(k8stesting.CreateAction).GetObject().(*batchv1.Job)
-	if created.Spec.Suspend == nil || !*created.Spec.Suspend {
-		t.Error("job not created suspended")
+	if p := created.Spec.Parallelism; p == nil || *p != 0 || created.Spec.Suspend != nil {
+		t.Errorf("job created with parallelism %v, suspend %v: want 0 and not suspended", p, created.Spec.Suspend)
 	}
-	if created.Spec.TTLSecondsAfterFinished == nil || *created.Spec.TTLSecondsAfterFinished != 60 {
-		t.Errorf("ttlSecondsAfterFinished %v, want 60", created.Spec.TTLSecondsAfterFinished)
+	if created.Annotations[StartSpecAnnotation] != `{"parallelism":1,"activeDeadlineSeconds":null,"ttlSecondsAfterFinished":60}` {
+		t.Errorf("start spec annotation %q", created.Annotations[StartSpecAnnotation])
 	}
 	cm := cs.Actions()[1].(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap)
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != testJobUID {
@@ -161,10 +162,10 @@ func TestLogStreamer(t *testing.T) {
 	}
 }
 
-// TestRunResumeFailsWithoutGC: the resume is refused, and no garbage
+// TestRunStartFailsWithoutGC: the start is refused, and no garbage
 // collector runs (the fake has none), so after GCTimeout the runner deletes
 // the ConfigMap itself, guarded by its UID.
-func TestRunResumeFailsWithoutGC(t *testing.T) {
+func TestRunStartFailsWithoutGC(t *testing.T) {
 	cs := newFake(t)
 	cs.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).UID = "cm-uid"
@@ -176,8 +177,8 @@ func TestRunResumeFailsWithoutGC(t *testing.T) {
 	var out bytes.Buffer
 	r := &Runner{Client: cs, Out: &out, Log: slog.New(slog.DiscardHandler), GCTimeout: 300 * time.Millisecond}
 	err := r.Run(t.Context(), imageOptions())
-	if err == nil || !strings.Contains(err.Error(), "resume job") {
-		t.Fatalf("err = %v, want the failed resume", err)
+	if err == nil || !strings.Contains(err.Error(), "start job") {
+		t.Fatalf("err = %v, want the failed start", err)
 	}
 	got := verbs(cs)
 	if got[0] != "create jobs" || got[1] != "create configmaps" || got[2] != "patch jobs" || got[3] != "delete jobs" {
@@ -202,18 +203,24 @@ func TestRunResumeFailsWithoutGC(t *testing.T) {
 
 // TestRunOutcomes drives whole runs against the fake, for the race detector's
 // sake: the watch, the log streams and the step output run concurrently. A
-// goroutine plays the Job controller once the Job is resumed.
+// goroutine plays the Job controller once the Job is started.
 func TestRunOutcomes(t *testing.T) {
 	tests := []struct {
 		name      string
 		condition batchv1.JobConditionType // "" leaves the Job running
+		reason    string
 		timeout   time.Duration
 		wantErr   error
 		wantLine  string
 	}{
 		{name: "complete", condition: batchv1.JobComplete, wantLine: "job.batch/job condition met (Complete)"},
-		{name: "failed", condition: batchv1.JobFailed, wantErr: ErrJobFailed, wantLine: "job.batch/job condition met (Failed: BackoffLimitExceeded)"},
+		{name: "failed", condition: batchv1.JobFailed, reason: "BackoffLimitExceeded", wantErr: ErrJobFailed, wantLine: "job.batch/job condition met (Failed: BackoffLimitExceeded)"},
 		{name: "timeout", timeout: 500 * time.Millisecond, wantErr: ErrTimeout, wantLine: "job.batch/job not finished after 500ms"},
+		// The Job controller enforces --timeout as activeDeadlineSeconds
+		// and may get there first: still a timeout.
+		{name: "deadline of --timeout", condition: batchv1.JobFailed, reason: batchv1.JobReasonDeadlineExceeded, timeout: time.Hour, wantErr: ErrTimeout, wantLine: "job.batch/job not finished after 1h0m0s"},
+		// Without --timeout the deadline is the template's: a failure.
+		{name: "deadline of the template", condition: batchv1.JobFailed, reason: batchv1.JobReasonDeadlineExceeded, wantErr: ErrJobFailed, wantLine: "job.batch/job condition met (Failed: DeadlineExceeded)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,9 +241,9 @@ func TestRunOutcomes(t *testing.T) {
 				jobs := cs.BatchV1().Jobs("ns")
 				for t.Context().Err() == nil {
 					job, err := jobs.Get(t.Context(), "job", metav1.GetOptions{})
-					if err == nil && job.Spec.Suspend != nil && !*job.Spec.Suspend {
+					if err == nil && job.Annotations[StartSpecAnnotation] == "" && *job.Spec.Parallelism == 1 {
 						job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{
-							Type: tt.condition, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded",
+							Type: tt.condition, Status: corev1.ConditionTrue, Reason: tt.reason,
 						})
 						if _, err := jobs.UpdateStatus(t.Context(), job, metav1.UpdateOptions{}); err == nil {
 							return
@@ -264,6 +271,58 @@ func TestRunOutcomes(t *testing.T) {
 			cms, _ := cs.CoreV1().ConfigMaps("ns").List(t.Context(), metav1.ListOptions{})
 			if len(jobs.Items)+len(cms.Items) != 0 {
 				t.Errorf("left: %d jobs, %d configmaps", len(jobs.Items), len(cms.Items))
+			}
+		})
+	}
+}
+
+// TestPrepare: the setup form runs nothing and expires by itself; the start
+// spec restores the template's values, with --timeout as the deadline when
+// it is the shorter.
+func TestPrepare(t *testing.T) {
+	tests := []struct {
+		name           string
+		parallelism    *int32
+		deadline       *int64
+		suspend        *bool
+		timeout        time.Duration
+		want           StartSpec
+		wantAnnotation string
+	}{
+		{name: "defaults", want: StartSpec{Parallelism: 1, TTLSecondsAfterFinished: 600},
+			wantAnnotation: `{"parallelism":1,"activeDeadlineSeconds":null,"ttlSecondsAfterFinished":600}`},
+		{name: "template's parallelism and deadline", parallelism: new(int32(3)), deadline: new(int64(100)),
+			want:           StartSpec{Parallelism: 3, ActiveDeadlineSeconds: new(int64(100)), TTLSecondsAfterFinished: 600},
+			wantAnnotation: `{"parallelism":3,"activeDeadlineSeconds":100,"ttlSecondsAfterFinished":600}`},
+		{name: "timeout shorter than the template's deadline", deadline: new(int64(100)), timeout: 1500 * time.Millisecond,
+			want:           StartSpec{Parallelism: 1, ActiveDeadlineSeconds: new(int64(2)), TTLSecondsAfterFinished: 600, TimeoutIsDeadline: true},
+			wantAnnotation: `{"parallelism":1,"activeDeadlineSeconds":2,"ttlSecondsAfterFinished":600}`},
+		{name: "timeout longer than the template's deadline", deadline: new(int64(100)), timeout: time.Hour,
+			want:           StartSpec{Parallelism: 1, ActiveDeadlineSeconds: new(int64(100)), TTLSecondsAfterFinished: 600},
+			wantAnnotation: `{"parallelism":1,"activeDeadlineSeconds":100,"ttlSecondsAfterFinished":600}`},
+		{name: "a suspended template is started all the same", suspend: new(true),
+			want:           StartSpec{Parallelism: 1, TTLSecondsAfterFinished: 600},
+			wantAnnotation: `{"parallelism":1,"activeDeadlineSeconds":null,"ttlSecondsAfterFinished":600}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			job := &batchv1.Job{Spec: batchv1.JobSpec{Parallelism: tt.parallelism, ActiveDeadlineSeconds: tt.deadline, Suspend: tt.suspend}}
+			r := &Runner{RequestTimeout: 10 * time.Second}
+			got, err := r.prepare(job, Options{Timeout: tt.timeout, TTLAfterFinished: 10 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("start spec %+v, want %+v", got, tt.want)
+			}
+			if a := job.Annotations[StartSpecAnnotation]; a != tt.wantAnnotation {
+				t.Errorf("annotation %s, want %s", a, tt.wantAnnotation)
+			}
+			// Setup form: no pod, a deadline of 3 request timeouts + 5 s,
+			// deleted as soon as it fails.
+			if sp := job.Spec; sp.Suspend != nil || *sp.Parallelism != 0 || *sp.ActiveDeadlineSeconds != 35 || *sp.TTLSecondsAfterFinished != 0 {
+				t.Errorf("setup form suspend %v, parallelism %d, activeDeadlineSeconds %d, ttl %d; want nil, 0, 35, 0",
+					sp.Suspend, *sp.Parallelism, *sp.ActiveDeadlineSeconds, *sp.TTLSecondsAfterFinished)
 			}
 		})
 	}

@@ -57,7 +57,27 @@ func (s Sources) Load(getenv func(string) string) (Data, error) {
 			return Data{}, err
 		}
 	}
+	if n := d.Size(); n > MaxConfigMapSize {
+		return Data{}, fmt.Errorf("the ConfigMap's data is %d bytes, more than the API server accepts (%d, 1 MiB)", n, MaxConfigMapSize)
+	}
 	return d, nil
+}
+
+// MaxConfigMapSize is the API server's limit on a ConfigMap's values
+// (data and binaryData together; keys do not count). Load checks it, so that
+// a run fails before its first request rather than after creating its Job.
+const MaxConfigMapSize = 1 << 20
+
+// Size is what the API server counts against MaxConfigMapSize.
+func (d Data) Size() int {
+	n := 0
+	for _, v := range d.Data {
+		n += len(v)
+	}
+	for _, v := range d.Binary {
+		n += len(v)
+	}
+	return n
 }
 
 // ParseLiteral splits a --from-literal source at its first '='; the value may

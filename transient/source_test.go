@@ -129,6 +129,10 @@ func TestSourcesLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	envFile := write("run.env", []byte("# comment\nE1=v1\nE2\n"))
+	// Exactly the limit, and one byte over it spread across data and
+	// binaryData.
+	half := write("half", bytes.Repeat([]byte("a"), MaxConfigMapSize/2))
+	halfBin := write("half.bin", append([]byte{0xff}, bytes.Repeat([]byte{0}, MaxConfigMapSize/2-1)...))
 	getenv := func(k string) string { return map[string]string{"E2": "from-env"}[k] }
 
 	tests := []struct {
@@ -152,6 +156,10 @@ func TestSourcesLoad(t *testing.T) {
 		{name: "key for directory", src: Sources{Files: []string{"k=" + filepath.Join(dir, "d")}}, wantErr: "cannot give a key name for a directory"},
 		{name: "missing file", src: Sources{Files: []string{filepath.Join(dir, "nope")}}, wantErr: "no such file"},
 		{name: "env file is a directory", src: Sources{EnvFiles: []string{dir}}, wantErr: "is a directory"},
+		{name: "exactly 1 MiB of values", src: Sources{Files: []string{half, halfBin}},
+			wantData:   map[string]string{"half": strings.Repeat("a", MaxConfigMapSize/2)},
+			wantBinary: map[string][]byte{"half.bin": append([]byte{0xff}, bytes.Repeat([]byte{0}, MaxConfigMapSize/2-1)...)}},
+		{name: "over 1 MiB", src: Sources{Files: []string{half, halfBin}, Literals: []string{"x=1"}}, wantErr: "the ConfigMap's data is 1048577 bytes, more than the API server accepts (1048576, 1 MiB)"},
 		{name: "missing env file", src: Sources{EnvFiles: []string{filepath.Join(dir, "nope.env")}}, wantErr: "no such file"},
 	}
 	for _, tt := range tests {

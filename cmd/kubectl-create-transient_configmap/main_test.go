@@ -2,8 +2,16 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 )
 
 func TestRunExitCodes(t *testing.T) {
@@ -29,6 +37,29 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "bad log level", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--log-level=loud"}, offline...), want: exitUsage, wantStderr: "invalid --log-level"},
 		{name: "negative timeout", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--timeout=-1s"}, offline...), want: exitUsage, wantStderr: "--timeout must not be negative"},
 		{name: "API server unreachable", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--", "true"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		// -v is kubectl's verbosity: at 6 client-go logs each request as
+		// kubectl does (through klog into the command's log handler, at level
+		// DEBUG-2, which is slog's -6); --version keeps its long name only.
+		{name: "-v=6 logs the requests", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v=6"}, offline...), want: exitFail, wantStderr: `msg=Response verb=POST url="https://127.0.0.1:1/apis/batch/v1/namespaces/ns/jobs`},
+		{name: "-v 4 logs debug diagnostics", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v", "4"}, offline...), want: exitFail, wantStderr: `level=DEBUG msg="create job"`},
+		{name: "--v=2 is the long form", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--v=2"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		{name: "-v is not --version", args: []string{"-v"}, want: exitUsage, wantStderr: "flag needs an argument: 'v' in -v"},
+		{name: "--version", args: []string{"--version"}, want: exitOK, wantStdout: "kubectl create transient_configmap version "},
+		// No cobra completion subcommand: "completion" is a NAME like any.
+		{name: "completion is a NAME", args: append([]string{"completion", "--job-name=j", "--job-image=busybox"}, offline...), want: exitFail, wantStderr: "error: create job:"},
+		// --dry-run=client from an image makes no request at all.
+		{name: "dry run, no output format", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--dry-run=client"}, offline...), want: exitOK,
+			wantStdout: "job.batch/j created (dry run)\nconfigmap/cfg created (dry run)\n"},
+		{name: "dry run -o name", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--dry-run=client", "-o", "name"}, offline...), want: exitOK,
+			wantStdout: "job.batch/j\nconfigmap/cfg\n"},
+		{name: "dry run -o yaml", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--from-literal=k=v", "--dry-run=client", "-o", "yaml"}, offline...), want: exitOK,
+			wantStdout: "  parallelism: 0\n"},
+		{name: "bare --dry-run is client, deprecated", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--dry-run"}, offline...), want: exitOK,
+			wantStdout: "configmap/cfg created (dry run)", wantStderr: "Warning: --dry-run is deprecated and can be replaced with --dry-run=client."},
+		{name: "bad --dry-run", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--dry-run=maybe"}, offline...), want: exitUsage, wantStderr: `invalid dry-run value (maybe)`},
+		{name: "-o without --dry-run", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-o", "yaml"}, offline...), want: exitUsage, wantStderr: "--output needs --dry-run"},
+		{name: "bad -o", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--dry-run=client", "-o", "xml"}, offline...), want: exitUsage, wantStderr: `unable to match a printer suitable for the output format "xml"`},
+		{name: "completion bash is two NAMEs", args: []string{"completion", "bash"}, want: exitUsage, wantStderr: "exactly one NAME is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,5 +75,61 @@ func TestRunExitCodes(t *testing.T) {
 				t.Errorf("stderr lacks %q:\n%s", tt.wantStderr, &stderr)
 			}
 		})
+	}
+}
+
+// TestDryRunClientYAML: -o yaml prints the Job, then the ConfigMap, as two
+// YAML documents, each with its apiVersion and kind, as kubectl prints them.
+func TestDryRunClientYAML(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"cfg", "-n", "ns", "--server=https://127.0.0.1:1", "--token=x", "--job-name=j", "--job-image=busybox",
+		"--from-literal=k=v", "--dry-run=client", "-o", "yaml", "--", "sh", "-c", "env"}, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, &stderr)
+	}
+	docs := strings.Split(stdout.String(), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("%d YAML documents, want 2:\n%s", len(docs), &stdout)
+	}
+	var job batchv1.Job
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &job); err != nil {
+		t.Fatalf("job: %v\n%s", err, docs[0])
+	}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &cm); err != nil {
+		t.Fatalf("configmap: %v\n%s", err, docs[1])
+	}
+	if job.Kind != "Job" || job.APIVersion != "batch/v1" || job.Name != "j" || job.Namespace != "ns" ||
+		job.Annotations["transient.sweep-k8s.io/start-spec"] == "" || strings.Join(job.Spec.Template.Spec.Containers[0].Command, " ") != "sh -c env" {
+		t.Errorf("job %+v", job)
+	}
+	if cm.Kind != "ConfigMap" || cm.APIVersion != "v1" || cm.Name != "cfg" || cm.Data["k"] != "v" ||
+		len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Name != "j" || cm.OwnerReferences[0].Kind != "Job" {
+		t.Errorf("configmap %+v", cm)
+	}
+}
+
+// TestOIDCAuthProvider: a kubeconfig with the legacy auth-provider oidc loads
+// (the request then fails on the unreachable server, not on the kubeconfig).
+func TestOIDCAuthProvider(t *testing.T) {
+	// An ID token that has not expired, so the provider uses it as it is
+	// and asks no issuer.
+	enc := base64.RawURLEncoding.EncodeToString
+	idToken := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(`{"exp":4102444800}`)) + "." + enc([]byte("sig"))
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", InsecureSkipTLSVerify: true}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{AuthProvider: &clientcmdapi.AuthProviderConfig{Name: "oidc", Config: map[string]string{
+		"idp-issuer-url": "https://issuer.invalid", "client-id": "kubectl", "id-token": idToken,
+	}}}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: "ns"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"cfg", "--kubeconfig=" + path, "--job-name=j", "--job-image=busybox", "--request-timeout=5s"}, &stdout, &stderr)
+	if code != exitFail || !strings.Contains(stderr.String(), "error: create job:") || strings.Contains(stderr.String(), "Auth Provider") {
+		t.Fatalf("exit %d, want 1 from the unreachable server\n%s", code, &stderr)
 	}
 }

@@ -37,6 +37,7 @@ const readyTimeout = 60 * time.Second
 type config struct {
 	controllerManager bool
 	tokens            []Token
+	apiServerFlags    []string
 }
 
 // Option configures Start.
@@ -59,6 +60,15 @@ type Token struct {
 // WithToken adds a static bearer token.
 func WithToken(tok Token) Option {
 	return func(c *config) { c.tokens = append(c.tokens, tok) }
+}
+
+// WithAPIServerFlags appends flags to kube-apiserver's command line, after the
+// harness's own (a later flag of the same name wins), for tests that need an
+// API server configured like a particular distribution, for example
+// "--enable-admission-plugins=OwnerReferencesPermissionEnforcement" as on
+// OpenShift.
+func WithAPIServerFlags(flags ...string) Option {
+	return func(c *config) { c.apiServerFlags = append(c.apiServerFlags, flags...) }
 }
 
 // ControlPlane is a running control plane. Everything it started is stopped by
@@ -169,6 +179,7 @@ func (cp *ControlPlane) start(cfg config) error {
 			"--v=0",
 		},
 	}
+	cp.apiserver.args = append(cp.apiserver.args, cfg.apiServerFlags...)
 	if err := cp.etcd.start(); err != nil {
 		return err
 	}

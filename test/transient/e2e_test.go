@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -36,13 +38,16 @@ const pluginName = "kubectl-create-transient_configmap"
 // runnerRules, to show that they are enough.
 const runnerToken = "transient-runner-token"
 
-// runnerRules are the permissions the plugin needs (the README lists them).
+// runnerRules are the permissions the plugin may use, exactly the README's
+// table.
 var runnerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+	// delete: the fallback when the garbage collector is late.
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "delete"}},
+	// To warn about what blocks the Job's pods; with --logs also to find them.
+	{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"list"}},
 	// For --logs only.
-	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 }
 
@@ -156,10 +161,29 @@ func (c *cluster) cronJob(t *testing.T, ns, name, cmName string) *batchv1.CronJo
 	return cj
 }
 
+// syncBuffer is a bytes.Buffer that the test may read while the process
+// writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // run is one invocation of kubectl with the plugin on PATH.
 type run struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	done           chan struct{}
 	code           int
 	elapsed        time.Duration
@@ -169,9 +193,16 @@ type run struct {
 // that nothing but kubectl's own plugin discovery can find it.
 func (c *cluster) start(t *testing.T, kubeconfig string, args ...string) *run {
 	t.Helper()
+	return c.startEnv(t, kubeconfig, nil, args...)
+}
+
+// startEnv is start with more environment variables, which kubectl passes on
+// to the plugin.
+func (c *cluster) startEnv(t *testing.T, kubeconfig string, env []string, args ...string) *run {
+	t.Helper()
 	r := &run{done: make(chan struct{})}
 	r.cmd = exec.Command(c.kubectl, args...)
-	r.cmd.Env = []string{"PATH=" + c.path, "KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir()}
+	r.cmd.Env = append([]string{"PATH=" + c.path, "KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir()}, env...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	begin := time.Now()
 	if err := r.cmd.Start(); err != nil {
@@ -211,6 +242,24 @@ func (r *run) wait(t *testing.T, limit time.Duration) int {
 	}
 	t.Logf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), &r.stdout, &r.stderr)
 	return r.code
+}
+
+// waitStderr waits until the plugin's stderr contains want, failing early if
+// it exits first.
+func (r *run) waitStderr(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		if strings.Contains(r.stderr.String(), want) {
+			return true, nil
+		}
+		if !r.running() {
+			return false, fmt.Errorf("plugin exited with %d", r.code)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("stderr lacks %q after %s: %v\nstdout:\n%s\nstderr:\n%s", want, within, err, &r.stdout, &r.stderr)
+	}
 }
 
 func (r *run) running() bool {
@@ -276,7 +325,7 @@ func (c *cluster) finishPod(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase
 	}
 }
 
-// checkRunning checks the objects of a run in flight: the Job resumed with
+// checkRunning checks the objects of a run in flight: the Job started with
 // the TTL and the run label, the ConfigMap owned by the Job's UID, with the
 // given data.
 func (c *cluster) checkRunning(t *testing.T, ns, jobName, cmName string, ttl int32, data map[string]string) (*batchv1.Job, *corev1.ConfigMap) {
@@ -286,8 +335,8 @@ func (c *cluster) checkRunning(t *testing.T, ns, jobName, cmName string, ttl int
 	if err != nil {
 		t.Fatalf("job: %v", err)
 	}
-	if job.Spec.Suspend == nil || *job.Spec.Suspend {
-		t.Errorf("job still suspended")
+	if _, ok := job.Annotations[transient.StartSpecAnnotation]; ok || job.Spec.Parallelism == nil || *job.Spec.Parallelism == 0 {
+		t.Errorf("job not started: parallelism %v, annotations %v", job.Spec.Parallelism, job.Annotations)
 	}
 	if job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != ttl {
 		t.Errorf("ttlSecondsAfterFinished %v, want %d", job.Spec.TTLSecondsAfterFinished, ttl)
@@ -392,8 +441,13 @@ func wantLines(t *testing.T, out string, lines ...string) {
 // TestPlugin runs the plugin through the real kubectl against a real control
 // plane with kube-controller-manager (Job controller, garbage collector, TTL
 // controller). There is no kubelet: the tests finish pods by hand.
+//
+// The API server enforces OwnerReferencesPermissionEnforcement, as OpenShift
+// and hardened clusters do, so that every run shows the plugin sets no owner
+// reference that needs more rights than `kubectl create job --from`.
 func TestPlugin(t *testing.T) {
-	c := newCluster(t, controlplane.WithToken(controlplane.Token{Token: runnerToken, User: "runner"}))
+	c := newCluster(t, controlplane.WithToken(controlplane.Token{Token: runnerToken, User: "runner"}),
+		controlplane.WithAPIServerFlags("--enable-admission-plugins=OwnerReferencesPermissionEnforcement"))
 	kc := c.cp.Kubeconfig
 
 	t.Run("success", func(t *testing.T) {
@@ -419,7 +473,7 @@ func TestPlugin(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		wantLines(t, r.stdout.String(),
-			`job.batch/manual created \(suspended\)`, `configmap/cfg created`, `job.batch/manual resumed`,
+			`job.batch/manual created \(not started\)`, `configmap/cfg created`, `job.batch/manual started`,
 			`job.batch/manual condition met \(Complete\)`, `job.batch/manual deleted`, `configmap/cfg deleted`)
 		// The plugin waited for the ConfigMap to go: nothing is left right away.
 		c.checkClean(t, ns, 10*time.Second)
@@ -437,9 +491,10 @@ func TestPlugin(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "leftover")
 		cj := c.cronJob(t, ns, "nightly", "cfg")
-		// What a run killed between creating its Job and its ConfigMap
-		// leaves: a suspended Job of ours that never started. A Job of the
-		// same name that is not ours must stay and block the run.
+		// What a run of an earlier version killed between creating its Job
+		// and its ConfigMap left: a suspended Job of ours that never started
+		// (today's leftovers expire by themselves, see "SIGKILL at"). A Job
+		// of the same name that is not ours must stay and block the run.
 		leave := func(name string, labels map[string]string) {
 			t.Helper()
 			job := transient.JobFromCronJob(cj, name)
@@ -451,7 +506,9 @@ func TestPlugin(t *testing.T) {
 		}
 		leave("manual", map[string]string{transient.RunLabel: "dead1"})
 		leave("theirs", nil)
-		time.Sleep(2500 * time.Millisecond) // past two --request-timeout=1s
+		// Past the setup deadline of --request-timeout=1s (3 × 1 s + 5 s),
+		// when no live run can still start it.
+		time.Sleep(8500 * time.Millisecond)
 
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--request-timeout=1s",
 			"--from-literal=num=9", "--job-name=theirs", "--job-from=cronjob/nightly")
@@ -469,8 +526,8 @@ func TestPlugin(t *testing.T) {
 		if code := r.wait(t, 60*time.Second); code != 0 {
 			t.Fatalf("exit %d, want 0\n%s", code, &r.stderr)
 		}
-		wantLines(t, r.stdout.String(), `job.batch/manual was left suspended by an interrupted run \(dead1\); replaced`,
-			`job.batch/manual created \(suspended\)`, `job.batch/manual resumed`, `configmap/cfg deleted`)
+		wantLines(t, r.stdout.String(), `job.batch/manual was left unstarted by an interrupted run \(dead1\); replaced`,
+			`job.batch/manual created \(not started\)`, `job.batch/manual started`, `configmap/cfg deleted`)
 	})
 
 	t.Run("failure with the dash spelling", func(t *testing.T) {
@@ -521,12 +578,12 @@ func TestPlugin(t *testing.T) {
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
 			"--from-literal=num=4", "--job-name=manual", "--job-from=cronjob/nightly", "--timeout=4s")
 		c.pod(t, r, ns, "manual")
-		if code := r.wait(t, 60*time.Second); code != 1 {
-			t.Fatalf("exit %d, want 1", code)
+		if code := r.wait(t, 60*time.Second); code != 124 {
+			t.Fatalf("exit %d, want 124", code)
 		}
-		if r.elapsed < 4*time.Second {
-			t.Errorf("exited after %s, before the 4s timeout", r.elapsed)
-		}
+		// The plugin's timer or the Job's activeDeadlineSeconds, whichever
+		// comes first (the Job controller counts from the Job's start time,
+		// in whole seconds): the same outcome.
 		wantLines(t, r.stdout.String(), `job.batch/manual not finished after 4s`, `job.batch/manual deleted`, `configmap/cfg deleted`)
 		if !strings.Contains(r.stderr.String(), "timed out waiting for the job") {
 			t.Errorf("stderr lacks the timeout:\n%s", &r.stderr)
@@ -602,6 +659,208 @@ func TestPlugin(t *testing.T) {
 		// ConfigMap: no client involved.
 		c.checkClean(t, ns, 60*time.Second)
 	})
+
+	// A run killed at any step leaves only what the cluster removes by
+	// itself, without a later run: before the start, a Job that fails at its
+	// setup deadline (3 × --request-timeout + 5 s) and goes at once (TTL 0)
+	// with its ConfigMap; after it, a Job that ends at its deadline
+	// (--timeout) or when its pod ends, and goes after
+	// --ttl-after-finished. The plugin stops at the step (SWEEP_TRANSIENT_PAUSE_AT)
+	// and is killed there with SIGKILL.
+	for _, tc := range []struct {
+		step      string
+		finishPod bool // play the kubelet: the step comes after the pod ends
+	}{
+		{step: transient.StepJobCreated},
+		{step: transient.StepConfigMapCreated},
+		{step: transient.StepJobStarted},
+		{step: transient.StepJobFinished, finishPod: true},
+		{step: transient.StepJobDeleted, finishPod: true},
+	} {
+		t.Run("SIGKILL at "+tc.step, func(t *testing.T) {
+			t.Parallel()
+			ns := c.namespace(t, "kill-"+tc.step)
+			c.cronJob(t, ns, "nightly", "cfg")
+			r := c.startEnv(t, kc, []string{"SWEEP_TRANSIENT_PAUSE_AT=" + tc.step}, "create", "transient_configmap", "cfg", "-n", ns,
+				"--from-literal=num=13", "--job-name=manual", "--job-from=cronjob/nightly",
+				"--request-timeout=2s", "--timeout=5s", "--ttl-after-finished=1s")
+			if tc.finishPod {
+				c.finishPod(t, c.pod(t, r, ns, "manual"), corev1.PodSucceeded)
+			}
+			r.waitStderr(t, "paused at "+tc.step, 60*time.Second)
+			if err := r.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if code := r.wait(t, 10*time.Second); code != 128+int(syscall.SIGKILL) {
+				t.Fatalf("exit %d, want death by SIGKILL", code)
+			}
+			// The bound is seconds here (11 s setup deadline, 5 s timeout,
+			// 1 s TTL, plus the controllers' latency); the wait is long so
+			// that a loaded machine does not fail the test.
+			c.checkClean(t, ns, 2*time.Minute)
+		})
+	}
+
+	t.Run("--dry-run=server -o json prints the server's answers and creates nothing", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "dry-run")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=14", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server", "-o", "json")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		dec := json.NewDecoder(strings.NewReader(r.stdout.String()))
+		var job batchv1.Job
+		var cm corev1.ConfigMap
+		if err := dec.Decode(&job); err != nil {
+			t.Fatalf("job: %v", err)
+		}
+		if err := dec.Decode(&cm); err != nil {
+			t.Fatalf("configmap: %v", err)
+		}
+		// The API server's answers: defaulted, with a UID, and the
+		// ConfigMap owned by that UID; the Job in its setup form.
+		if job.Kind != "Job" || job.UID == "" || job.Spec.Template.Spec.DNSPolicy != corev1.DNSClusterFirst ||
+			job.Spec.Parallelism == nil || *job.Spec.Parallelism != 0 || job.Annotations[transient.StartSpecAnnotation] == "" {
+			t.Errorf("job %+v", job)
+		}
+		if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != cj.UID || job.OwnerReferences[0].BlockOwnerDeletion != nil {
+			t.Errorf("job owner references %+v", job.OwnerReferences)
+		}
+		if cm.Kind != "ConfigMap" || cm.Data["num"] != "14" || len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != job.UID {
+			t.Errorf("configmap %+v", cm)
+		}
+		c.checkClean(t, ns, time.Second)
+
+		// Without -o, kubectl's lines.
+		r = c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=14", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		if got, want := r.stdout.String(), "job.batch/manual created (server dry run)\nconfigmap/cfg created (server dry run)\n"; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+		c.checkClean(t, ns, time.Second)
+	})
+
+	t.Run("a Job whose pods are refused by quota: Warning, and the wait goes on", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "quota")
+		c.cronJob(t, ns, "nightly", "cfg")
+		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-pods"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+		if _, err := c.cs.CoreV1().ResourceQuotas(ns).Create(t.Context(), quota, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=15", "--job-name=manual", "--job-from=cronjob/nightly")
+		// The Job controller's FailedCreate event, as kubectl would warn.
+		r.waitStderr(t, "Warning: job.batch/manual: FailedCreate: Error creating: pods ", 60*time.Second)
+		if !strings.Contains(r.stderr.String(), "exceeded quota: no-pods") {
+			t.Errorf("the warning does not name the quota:\n%s", &r.stderr)
+		}
+		// Still waiting: a quota may be raised. The user ends it.
+		if !r.running() {
+			t.Fatalf("plugin exited with %d after the warning", r.code)
+		}
+		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t, 30*time.Second); code != 130 {
+			t.Fatalf("exit %d, want 130", code)
+		}
+		c.checkClean(t, ns, 30*time.Second)
+	})
+
+	t.Run("an unschedulable pod with an image it cannot pull: Warnings", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "blocked")
+		c.cronJob(t, ns, "nightly", "cfg")
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=16", "--job-name=manual", "--job-from=cronjob/nightly")
+		pod := c.pod(t, r, ns, "manual")
+		// Play the scheduler, then the kubelet: what each reports in the
+		// pod's status (there is neither here).
+		setStatus := func(mutate func(*corev1.Pod)) {
+			t.Helper()
+			err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				mutate(p)
+				_, err = c.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+				if apierrors.IsConflict(err) {
+					return false, nil
+				}
+				return err == nil, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		setStatus(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+		})
+		r.waitStderr(t, "Warning: pod/"+pod.Name+": Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.", 60*time.Second)
+		setStatus(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "batch", Image: "registry.invalid/batch:1",
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.invalid/batch:1"`}}}}
+		})
+		r.waitStderr(t, `Warning: pod/`+pod.Name+`: container batch: ImagePullBackOff: Back-off pulling image "registry.invalid/batch:1"`, 60*time.Second)
+		if !r.running() {
+			t.Fatalf("plugin exited with %d after the warnings", r.code)
+		}
+		c.finishPod(t, pod, corev1.PodSucceeded)
+		if code := r.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		c.checkClean(t, ns, 10*time.Second)
+	})
+
+	t.Run("the API server's warnings are printed as kubectl prints them", func(t *testing.T) {
+		t.Parallel()
+		ns := c.namespace(t, "api-warning")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
+		// A deprecated node label in the pod template: the API server
+		// warns about it on every create of a Job from this template.
+		cj.Spec.JobTemplate.Spec.Template.Spec.NodeSelector = map[string]string{"beta.kubernetes.io/os": "linux"}
+		if _, err := c.cs.BatchV1().CronJobs(ns).Update(t.Context(), cj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns,
+			"--from-literal=num=17", "--job-name=manual", "--job-from=cronjob/nightly", "--dry-run=server")
+		if code := r.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		wantLines(t, r.stderr.String(), regexp.QuoteMeta(`Warning: spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use "kubernetes.io/os" instead`))
+	})
+
+	// kubectl 1.31 and later find a create plugin whatever follows its
+	// name; 1.29 and 1.30 only when a flag follows it directly (they look
+	// up kubectl-create-transient_configmap-cfg otherwise), so the README
+	// gives that order for them. Both orders work with the kubectl here.
+	for _, tc := range []struct{ name, args string }{
+		{name: "NAME first", args: "create transient_configmap cfg --job-name=j --job-image=busybox --dry-run=client -o name"},
+		{name: "a flag first, for kubectl 1.29 and 1.30", args: "create transient_configmap --dry-run=client cfg --job-name=j --job-image=busybox -o name"},
+		{name: "dash spelling, a flag first", args: "create transient-configmap -o name --dry-run=client cfg --job-name=j --job-image=busybox"},
+	} {
+		t.Run("kubectl finds the plugin: "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := c.start(t, kc, strings.Fields(tc.args)...)
+			if code := r.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit %d, want 0", code)
+			}
+			if got, want := r.stdout.String(), "job.batch/j\nconfigmap/cfg\n"; got != want {
+				t.Errorf("stdout %q, want %q", got, want)
+			}
+		})
+	}
 
 	t.Run("isolate: CronJob with an optional configMapKeyRef", func(t *testing.T) {
 		t.Parallel()
@@ -710,7 +969,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("least privilege, --token", func(t *testing.T) {
 		t.Parallel()
 		ns := c.namespace(t, "rbac")
-		c.cronJob(t, ns, "nightly", "cfg")
+		cj := c.cronJob(t, ns, "nightly", "cfg")
 		ctx := t.Context()
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "transient-runner"}, Rules: runnerRules}
 		if _, err := c.cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
@@ -724,6 +983,21 @@ func TestPlugin(t *testing.T) {
 		if _, err := c.cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// The admission plugin is on: the same user may not create a Job
+		// whose owner reference blocks the CronJob's deletion, which is what
+		// metav1.NewControllerRef makes.
+		runner := rest.CopyConfig(c.cp.Config)
+		runner.BearerToken = runnerToken
+		rcs, err := kubernetes.NewForConfig(runner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocking := transient.JobFromCronJob(cj, "blocking")
+		blocking.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}
+		if _, err := rcs.BatchV1().Jobs(ns).Create(ctx, blocking, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+			t.Fatalf("a Job with blockOwnerDeletion as the runner: %v, want forbidden by OwnerReferencesPermissionEnforcement", err)
+		}
+
 		r := c.start(t, kc, "create", "transient_configmap", "cfg", "-n", ns, "--token="+runnerToken,
 			"--from-literal=num=12", "--job-name=manual", "--job-from=cronjob/nightly", "--logs")
 		pod := c.pod(t, r, ns, "manual")
