@@ -56,6 +56,15 @@ func startCluster(t *testing.T) *cluster {
 	return &cluster{cp: cp, cs: cp.Clientset(t), dyn: dyn}
 }
 
+// release drops the finalizers that hold ns/name.
+func (c *cluster) release(t *testing.T, ns, name string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := c.cs.CoreV1().ConfigMaps(ns).Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // grantLimited gives the limited user verbs on configmaps in ns.
 func (c *cluster) grantLimited(t *testing.T, ns string, verbs ...string) {
 	t.Helper()
@@ -330,10 +339,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		if !sum.MustFailed() {
 			t.Fatal("a must-delete entry stuck on a finalizer did not fail the run")
 		}
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := c.cs.CoreV1().ConfigMaps("m1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.release(t, "m1", "stuck")
 	})
 
 	// spectro-cleanup stops at a mustDelete entry it cannot delete: the
@@ -373,10 +379,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		if notStarted != 2 {
 			t.Errorf("%d entries recorded as not started, want 2", notStarted)
 		}
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := c.cs.CoreV1().ConfigMaps("ms1").Patch(t.Context(), "custom-resource", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.release(t, "ms1", "custom-resource")
 	})
 
 	// RBAC written for spectro-cleanup may grant delete alone: the named
@@ -442,10 +445,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		if !sum.MustFailed() {
 			t.Error("a stuck mustDelete entry passed without get")
 		}
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := c.cs.CoreV1().ConfigMaps("do1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.release(t, "do1", "stuck")
 	})
 
 	// --deletion-timeout-seconds=0: no wait, one check.
@@ -473,10 +473,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		if strings.Join(outcomes, ",") != strings.Join(want, ",") {
 			t.Errorf("outcomes %q, want %q", outcomes, want)
 		}
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := c.cs.CoreV1().ConfigMaps("nw1").Patch(t.Context(), "stuck", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.release(t, "nw1", "stuck")
 	})
 
 	// The files need no API server: spectro-cleanup removes them before
