@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, atomicwriter, helm, helm-docs, CNI plugins,
+# kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm, helm-docs, CNI plugins,
 # Whereabouts) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
@@ -17,19 +17,23 @@ cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
 # version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.
 version() { awk -v m="$2" '{sub(/^require[ \t]+/, "")} $1==m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"; }
 
-# build MODDIR PKG OUTDIR [NAME] builds PKG (a tool of the module in MODDIR)
-# into OUTDIR, as NAME (default: the package's last element).
+# build MODDIR PKG OUTDIR [NAME [LDFLAGS]] builds PKG (a tool of the module in
+# MODDIR) into OUTDIR, as NAME (default: the package's last element), with
+# LDFLAGS added to the link. A stamp beside the binary records LDFLAGS, so a
+# changed recipe rebuilds (only the link, when Go's build cache is warm).
 build() {
-	local moddir=$1 pkg=$2 out=$3 name=${4:-}
+	local moddir=$1 pkg=$2 out=$3 name=${4:-} ldflags=${5:-}
 	[ -n "$name" ] || name=$(basename "$pkg")
 	[ "$name" = v3 ] && name=etcd
-	if [ -x "$out/$name" ]; then
+	local stamp=$out/.$name.ldflags
+	if [ -x "$out/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ldflags" ]; then
 		return 0
 	fi
 	mkdir -p "$out"
 	echo "build-tools: building $name into $out" >&2
 	local start=$SECONDS
-	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/.$name.tmp" "$pkg")
+	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $ldflags" -o "$out/.$name.tmp" "$pkg")
+	printf '%s' "$ldflags" >"$stamp"
 	mv "$out/.$name.tmp" "$out/$name"
 	echo "build-tools: $name built in $((SECONDS - start))s" >&2
 }
@@ -38,8 +42,15 @@ kube() {
 	local v
 	v=$(version "$tools/kube" k8s.io/kubernetes)
 	: "${v:?cannot read the version from go.mod}"
-	for c in kube-apiserver kube-controller-manager kubectl; do
-		build "$tools/kube" "k8s.io/kubernetes/cmd/$c" "$cache/kube-$v"
+	# The version a release build stamps: without it every component reports
+	# v0.0.0, and the chart's kubeVersion constraint refuses `helm install`.
+	local minor=${v#v1.}
+	minor=${minor%%.*}
+	local pkgv=k8s.io/component-base/version
+	local ldflags="-X $pkgv.gitVersion=$v -X $pkgv.gitMajor=1 -X $pkgv.gitMinor=$minor -X $pkgv.gitTreeState=clean"
+	# kubelet and kube-scheduler make the real node of test/node.
+	for c in kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet; do
+		build "$tools/kube" "k8s.io/kubernetes/cmd/$c" "$cache/kube-$v" "$c" "$ldflags"
 	done
 	# The kubelet's AtomicWriter as a command, for tests of code that watches a
 	# mounted ConfigMap.

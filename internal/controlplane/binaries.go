@@ -41,7 +41,7 @@ func ToolsDir() string {
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
-// kube-controller-manager, kubectl, helm, helm-docs or a CNI plugin (bridge, host-local,
+// kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs or a CNI plugin (bridge, host-local,
 // loopback, whereabouts). A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
@@ -49,7 +49,7 @@ func Binary(name string) (string, error) {
 	switch name {
 	case "etcd":
 		dir = "etcd-" + EtcdVersion
-	case "kube-apiserver", "kube-controller-manager", "kubectl", "atomicwriter":
+	case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "atomicwriter":
 		dir = "kube-" + KubeVersion
 	case "helm":
 		dir = "helm-" + HelmVersion
