@@ -36,6 +36,8 @@ const readyTimeout = 60 * time.Second
 
 type config struct {
 	controllerManager bool
+	scheduler         bool
+	address           string
 	tokens            []Token
 	apiServerFlags    []string
 }
@@ -48,6 +50,21 @@ type Option func(*config)
 // ServiceAccounts.
 func WithControllerManager() Option {
 	return func(c *config) { c.controllerManager = true }
+}
+
+// WithScheduler also runs kube-scheduler, for tests with a real node
+// (StartNode) whose pods must be scheduled.
+func WithScheduler() Option {
+	return func(c *config) { c.scheduler = true }
+}
+
+// WithAddress makes kube-apiserver listen on every address and advertise ip,
+// an address that pods can reach (the loopback stays usable for the test), and
+// makes kube-controller-manager publish the API server's self-signed serving
+// certificate as kube-root-ca.crt, so that in-cluster clients verify it. For
+// a control plane inside the network namespace of a real node.
+func WithAddress(ip string) Option {
+	return func(c *config) { c.address = ip }
 }
 
 // Token is an extra static bearer token for the API server's token file, for
@@ -82,8 +99,10 @@ type ControlPlane struct {
 	// Dir holds the control plane's data, certificates and logs.
 	Dir string
 
-	etcd, apiserver, kcm *process
-	apiURL               string
+	etcd, apiserver, kcm, scheduler *process
+	apiURL                          string
+	apiPort                         int
+	address                         string
 }
 
 // Start runs a fresh control plane in a temporary directory of the test,
@@ -131,11 +150,19 @@ func (cp *ControlPlane) start(cfg config) error {
 		}
 		bins[name] = path
 	}
-	ports, err := freePorts(4)
+	if cfg.scheduler {
+		path, err := Binary("kube-scheduler")
+		if err != nil {
+			return err
+		}
+		bins["kube-scheduler"] = path
+	}
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
+	etcdClient, etcdPeer, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	cp.apiPort, cp.address = apiPort, cfg.address
 
 	if err := writeFiles(dir, cfg.tokens); err != nil {
 		return err
@@ -179,6 +206,9 @@ func (cp *ControlPlane) start(cfg config) error {
 			"--v=0",
 		},
 	}
+	if cfg.address != "" {
+		cp.apiserver.args = append(cp.apiserver.args, "--bind-address=0.0.0.0", "--advertise-address="+cfg.address)
+	}
 	cp.apiserver.args = append(cp.apiserver.args, cfg.apiServerFlags...)
 	if err := cp.etcd.start(); err != nil {
 		return err
@@ -217,6 +247,9 @@ func (cp *ControlPlane) start(cfg config) error {
 				"--v=0",
 			},
 		}
+		if cfg.address != "" {
+			cp.kcm.args = append(cp.kcm.args, "--root-ca-file="+cp.ServingCert())
+		}
 		if err := cp.kcm.start(); err != nil {
 			return err
 		}
@@ -224,8 +257,35 @@ func (cp *ControlPlane) start(cfg config) error {
 			return err
 		}
 	}
+	if cfg.scheduler {
+		cp.scheduler = &process{
+			name: "kube-scheduler", path: bins["kube-scheduler"],
+			logPath: filepath.Join(dir, "kube-scheduler.log"),
+			args: []string{
+				"--kubeconfig=" + cp.Kubeconfig,
+				"--authentication-kubeconfig=" + cp.Kubeconfig,
+				"--authorization-kubeconfig=" + cp.Kubeconfig,
+				"--bind-address=127.0.0.1",
+				"--secure-port=" + strconv.Itoa(schedPort),
+				"--leader-elect=false",
+				"--v=0",
+			},
+		}
+		if err := cp.scheduler.start(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// ServingCert is the path of kube-apiserver's self-signed serving
+// certificate (its own CA), which it writes at start.
+func (cp *ControlPlane) ServingCert() string {
+	return filepath.Join(cp.Dir, "certs", "apiserver.crt")
+}
+
+// APIServerPort is kube-apiserver's secure port.
+func (cp *ControlPlane) APIServerPort() int { return cp.apiPort }
 
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
 // same address and waits until it is ready.
@@ -261,7 +321,7 @@ func (cp *ControlPlane) StartEtcd() error {
 
 // Stop stops every component. It is safe to call more than once.
 func (cp *ControlPlane) Stop() {
-	for _, p := range []*process{cp.kcm, cp.apiserver, cp.etcd} {
+	for _, p := range []*process{cp.scheduler, cp.kcm, cp.apiserver, cp.etcd} {
 		if p != nil {
 			p.stop(syscall.SIGTERM, 10*time.Second)
 		}
@@ -331,7 +391,7 @@ func (cp *ControlPlane) waitDefaultServiceAccount() error {
 }
 
 func (cp *ControlPlane) dumpLogs(t testing.TB) {
-	for _, p := range []*process{cp.etcd, cp.apiserver, cp.kcm} {
+	for _, p := range []*process{cp.etcd, cp.apiserver, cp.kcm, cp.scheduler} {
 		if p != nil {
 			t.Logf("--- last lines of %s log:\n%s", p.name, p.logTail(30))
 		}

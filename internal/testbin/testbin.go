@@ -30,13 +30,26 @@ var (
 // if the build fails.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return buildOnce(t, pkg, false)
+}
+
+// BuildStatic is Build without cgo, as the Dockerfile builds: the executable
+// runs in an image that has no libc.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
+	return buildOnce(t, pkg, true)
+}
+
+func buildOnce(t testing.TB, pkg string, static bool) string {
+	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	r, ok := builds[pkg]
+	key := fmt.Sprintf("%s static=%t", pkg, static)
+	r, ok := builds[key]
 	if !ok {
 		r = &result{}
-		r.path, r.err = build(pkg)
-		builds[pkg] = r
+		r.path, r.err = build(pkg, static)
+		builds[key] = r
 	}
 	if r.err != nil {
 		t.Fatalf("build %s: %v", pkg, r.err)
@@ -44,7 +57,7 @@ func Build(t testing.TB, pkg string) string {
 	return r.path
 }
 
-func build(pkg string) (string, error) {
+func build(pkg string, static bool) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -58,6 +71,11 @@ func build(pkg string) (string, error) {
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if static {
+		out += "-static"
+		cmd = exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w\n%s", err, msg)

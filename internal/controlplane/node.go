@@ -1,0 +1,481 @@
+package controlplane
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+const (
+	// NodeName is the name the test node registers under.
+	NodeName = "sweep-node"
+	// PauseImage is the node's sandbox image, built from ./pause.
+	PauseImage = "sweep.local/pause:test"
+	// PodSubnet is the range of the node's pod addresses (the CNI bridge
+	// with host-local).
+	PodSubnet = "10.244.0.0/24"
+	// ServiceIP is the kubernetes Service's address, which in-cluster
+	// clients dial; the node DNATs it to the API server as kube-proxy
+	// would.
+	ServiceIP = "10.96.0.1"
+
+	nodeReadyTimeout = 2 * time.Minute
+)
+
+// Node is a real Kubernetes node: containerd and runc from the machine's
+// packages (Debian's runc and containerd), with the CNI bridge and
+// host-local plugins for the pods' network, and the kubelet built by
+// hack/build-tools.sh. Everything it keeps is in Dir; its pods' network
+// lives in the network namespace of RunInNetNS. Pods use images imported
+// with ImportImage and imagePullPolicy Never.
+type Node struct {
+	// Dir holds the node's state: containerd's root and state, the
+	// kubelet's root, the CNI configuration and host-local's allocations,
+	// and the logs.
+	Dir string
+	// RuntimeEndpoint is containerd's CRI endpoint (unix://...).
+	RuntimeEndpoint string
+	// Socket is the path of containerd's socket.
+	Socket string
+	// StaticPodDir is the kubelet's staticPodPath.
+	StaticPodDir string
+	// CNIConfDir is containerd's CNI configuration directory.
+	CNIConfDir string
+	// CNINetworksDir is host-local's dataDir, where it records the pods'
+	// addresses.
+	CNINetworksDir string
+	// NetNSDir is where containerd mounts the pods' network namespaces.
+	NetNSDir string
+
+	cp                  *ControlPlane
+	containerd, kubelet *process
+}
+
+// StartNode starts a node that registers with cp, waits until it is Ready and
+// tears it down (pods killed, mounts released, Dir removed) in the test's
+// cleanup; when the test failed, the cleanup first prints the last lines of
+// the kubelet's and containerd's logs. The test binary must run in the
+// network namespace of RunInNetNS, and cp must have been started with
+// WithAddress(NodeIP), WithScheduler and WithControllerManager.
+func StartNode(t testing.TB, cp *ControlPlane) *Node {
+	t.Helper()
+	if !inNetNS() {
+		t.Fatal("a node runs only in the network namespace of controlplane.RunInNetNS (the package's TestMain)")
+	}
+	if cp.address != NodeIP || cp.scheduler == nil || cp.kcm == nil {
+		t.Fatal("the node's control plane needs WithAddress(NodeIP), WithScheduler and WithControllerManager")
+	}
+	// Short: containerd's socket path must fit in a sockaddr_un.
+	dir, err := os.MkdirTemp("", "sweep-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{
+		Dir:            dir,
+		Socket:         filepath.Join(dir, "containerd.sock"),
+		StaticPodDir:   filepath.Join(dir, "manifests"),
+		CNIConfDir:     filepath.Join(dir, "cni", "net.d"),
+		CNINetworksDir: filepath.Join(dir, "cni", "networks"),
+		NetNSDir:       filepath.Join(dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns"),
+		cp:             cp,
+	}
+	n.RuntimeEndpoint = "unix://" + n.Socket
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.DumpLogs(t)
+		}
+		n.teardown(t)
+	})
+	pause := testbin.BuildStatic(t, "./internal/controlplane/pause")
+	if err := n.start(); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	n.ImportImage(t, Image{
+		Ref: PauseImage, Entrypoint: []string{"/pause"},
+		Files: []ImageFile{{Path: "/pause", Mode: 0o755, Source: pause}},
+	})
+	if err := n.startKubelet(); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	if err := n.waitReady(); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	return n
+}
+
+func (n *Node) start() error {
+	for _, d := range []string{n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	binDir, err := CNIBinDir()
+	if err != nil {
+		return err
+	}
+	// The default route through the bridge lets pods reach NodeIP and,
+	// through the DNAT below, the kubernetes Service.
+	conflist := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "sweep-node",
+  "plugins": [{
+    "type": "bridge", "bridge": "sweep0", "isGateway": true, "isDefaultGateway": true,
+    "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}
+  }]
+}
+`, n.CNINetworksDir, PodSubnet)
+	if err := os.WriteFile(filepath.Join(n.CNIConfDir, "10-sweep-node.conflist"), []byte(conflist), 0o644); err != nil {
+		return err
+	}
+	cd := filepath.Join(n.Dir, "containerd")
+	// restrict_oom_score_adj: this machine refuses to lower a process's
+	// oom_score_adj, and runc then fails every sandbox ("can't get final
+	// child's PID from pipe"). The pods' network namespaces are mounted in
+	// the node's own state directory, not in the machine's /var/run/netns.
+	config := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+`, filepath.Join(cd, "root"), filepath.Join(cd, "state"), n.Socket, n.Socket+".ttrpc",
+		filepath.Join(cd, "opt"), PauseImage, binDir, n.CNIConfDir)
+	configPath := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return err
+	}
+	path, err := exec.LookPath("containerd")
+	if err != nil {
+		return fmt.Errorf("containerd (Debian package containerd): %w", err)
+	}
+	n.containerd = &process{
+		name: "containerd", path: path, logPath: filepath.Join(n.Dir, "containerd.log"),
+		args: []string{"--config", configPath},
+	}
+	if err := n.StartContainerd(); err != nil {
+		return err
+	}
+	// kube-proxy's job for the one Service the pods need: in-cluster clients
+	// dial the kubernetes Service's address. PREROUTING for pods on the
+	// bridge, OUTPUT for host-network pods.
+	dest := fmt.Sprintf("%s:%d", NodeIP, n.cp.apiPort)
+	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+		args := []string{"-w", "-t", "nat", "-A", chain, "-d", ServiceIP + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", dest}
+		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// StartContainerd starts containerd (again, after StopContainerd) and waits
+// until it answers on its socket. The pods keep running while it is stopped:
+// their shims are separate processes.
+func (n *Node) StartContainerd() error {
+	if err := n.containerd.start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for {
+		if n.containerd.exited() {
+			return fmt.Errorf("containerd exited:\n%s", n.containerd.logTail(30))
+		}
+		out, err := n.ctr(ctx, "version")
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("containerd not ready after %s (%v: %s):\n%s", readyTimeout, err, out, n.containerd.logTail(30))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// StopContainerd stops containerd with SIGTERM, as a runtime upgrade or
+// crash-restart would.
+func (n *Node) StopContainerd() {
+	n.containerd.stop(syscall.SIGTERM, 10*time.Second)
+}
+
+func (n *Node) startKubelet() error {
+	path, err := Binary("kubelet")
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(n.Dir, "kubelet")
+	// The kernel here offers cgroup v1 only, hence failCgroupV1 false, the
+	// cgroupfs driver and no QoS cgroups. Frequent syncs so that a
+	// projected ConfigMap's update reaches the pod in seconds; no image
+	// garbage collection, since the images cannot be pulled again.
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+staticPodPath: %q
+fileCheckFrequency: 2s
+syncFrequency: 5s
+containerRuntimeEndpoint: %q
+podLogsDir: %q
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+maxPods: 30
+`, n.StaticPodDir, n.RuntimeEndpoint, filepath.Join(n.Dir, "pod-logs"))
+	configPath := filepath.Join(n.Dir, "kubelet.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return err
+	}
+	n.kubelet = &process{
+		name: "kubelet", path: path, logPath: filepath.Join(n.Dir, "kubelet.log"),
+		args: []string{
+			"--config=" + configPath,
+			"--kubeconfig=" + n.cp.Kubeconfig,
+			"--root-dir=" + root,
+			"--cert-dir=" + filepath.Join(root, "pki"),
+			"--hostname-override=" + NodeName,
+			"--node-ip=" + NodeIP,
+			"--v=1",
+		},
+	}
+	return n.kubelet.start()
+}
+
+func (n *Node) waitReady() error {
+	cs, err := kubernetes.NewForConfig(n.cp.Config)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadyTimeout)
+	defer cancel()
+	for {
+		if n.kubelet.exited() {
+			return fmt.Errorf("kubelet exited:\n%s", n.kubelet.logTail(30))
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s not Ready after %s:\n%s\n%s", NodeName, nodeReadyTimeout, n.kubelet.logTail(30), n.containerd.logTail(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ImportImage builds img and imports it into containerd's k8s.io namespace,
+// where the kubelet finds it.
+func (n *Node) ImportImage(t testing.TB, img Image) {
+	t.Helper()
+	archive := filepath.Join(n.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+	if err := img.WriteArchive(archive); err != nil {
+		t.Fatal(err)
+	}
+	n.Ctr(t, "images", "import", archive)
+}
+
+// Ctr runs containerd's ctr in the k8s.io namespace and returns its output.
+func (n *Node) Ctr(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := n.ctr(ctx, args...)
+	if err != nil {
+		t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "ctr", append([]string{"--address", n.Socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+}
+
+// Sandbox is a pod sandbox as containerd records it.
+type Sandbox struct {
+	ID                     string
+	PodUID, PodName, PodNS string
+	// NetNS is the path of the sandbox's network namespace.
+	NetNS string
+	// Running is false for a sandbox whose pause process has stopped
+	// (CRI: SANDBOX_NOTREADY).
+	Running bool
+}
+
+// Sandboxes lists the pod sandboxes containerd knows, with ctr: a test's
+// independent view of what the CRI reports.
+func (n *Node) Sandboxes(t testing.TB) []Sandbox {
+	t.Helper()
+	running := map[string]bool{}
+	for _, line := range strings.Split(n.Ctr(t, "tasks", "ls"), "\n")[1:] {
+		if f := strings.Fields(line); len(f) == 3 {
+			running[f[0]] = f[2] == "RUNNING"
+		}
+	}
+	var out []Sandbox
+	for _, id := range strings.Fields(n.Ctr(t, "containers", "ls", "-q")) {
+		var info struct {
+			Labels map[string]string
+			Spec   struct {
+				Linux struct {
+					Namespaces []struct{ Type, Path string }
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(n.Ctr(t, "containers", "info", id)), &info); err != nil {
+			t.Fatalf("ctr containers info %s: %v", id, err)
+		}
+		if info.Labels["io.cri-containerd.kind"] != "sandbox" {
+			continue
+		}
+		sb := Sandbox{
+			ID: id, PodUID: info.Labels["io.kubernetes.pod.uid"], Running: running[id],
+			PodName: info.Labels["io.kubernetes.pod.name"], PodNS: info.Labels["io.kubernetes.pod.namespace"],
+		}
+		for _, ns := range info.Spec.Linux.Namespaces {
+			if ns.Type == "network" {
+				sb.NetNS = ns.Path
+			}
+		}
+		out = append(out, sb)
+	}
+	return out
+}
+
+// DumpLogs prints the last lines of the kubelet's and containerd's logs.
+func (n *Node) DumpLogs(t testing.TB) {
+	for _, p := range []*process{n.kubelet, n.containerd} {
+		if p != nil {
+			t.Logf("--- last lines of the node's %s log:\n%s", p.name, p.logTail(60))
+		}
+	}
+}
+
+// teardown stops the kubelet, kills every container of the node, stops
+// containerd and its shims, releases the mounts under Dir and removes it.
+func (n *Node) teardown(t testing.TB) {
+	if n.kubelet != nil {
+		n.kubelet.stop(syscall.SIGTERM, 10*time.Second)
+	}
+	if n.containerd != nil && !n.containerd.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, _ := n.ctr(ctx, "tasks", "ls", "-q")
+		for _, id := range strings.Fields(string(out)) {
+			if msg, err := n.ctr(ctx, "tasks", "delete", "--force", id); err != nil {
+				t.Logf("node teardown: ctr tasks delete %s: %v: %s", id, err, msg)
+			}
+		}
+		cancel()
+		n.containerd.stop(syscall.SIGTERM, 10*time.Second)
+	}
+	killShims(n.Socket)
+	unmountUnder(t, n.Dir)
+	if err := os.RemoveAll(n.Dir); err != nil {
+		t.Logf("node teardown: %v", err)
+	}
+}
+
+// killShims kills the shims of the containerd at socket: they outlive it,
+// each holding its pod's containers.
+func killShims(socket string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(data), "\x00")
+		if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i, a := range args {
+			if a == "-address" && i+1 < len(args) && args[i+1] == socket {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+}
+
+// unmountUnder detaches every mount below dir, deepest first: the pods'
+// rootfs, shm and network namespaces, the kubelet's volumes.
+func unmountUnder(t testing.TB, dir string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Logf("node teardown: %v", err)
+		return
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+			t.Logf("node teardown: unmount %s: %v", p, err)
+		}
+	}
+}
