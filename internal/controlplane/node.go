@@ -51,7 +51,8 @@ type Node struct {
 	Dir string
 	// RuntimeEndpoint is containerd's CRI endpoint (unix://...).
 	RuntimeEndpoint string
-	// Socket is the path of containerd's socket.
+	// Socket is the path of containerd's socket, alone in its directory
+	// (which a pod mounts to reach the runtime).
 	Socket string
 	// StaticPodDir is the kubelet's staticPodPath.
 	StaticPodDir string
@@ -88,7 +89,7 @@ func StartNode(t testing.TB, cp *ControlPlane) *Node {
 	}
 	n := &Node{
 		Dir:            dir,
-		Socket:         filepath.Join(dir, "containerd.sock"),
+		Socket:         filepath.Join(dir, "run", "containerd.sock"),
 		StaticPodDir:   filepath.Join(dir, "manifests"),
 		CNIConfDir:     filepath.Join(dir, "cni", "net.d"),
 		CNINetworksDir: filepath.Join(dir, "cni", "networks"),
@@ -120,7 +121,7 @@ func StartNode(t testing.TB, cp *ControlPlane) *Node {
 }
 
 func (n *Node) start() error {
-	for _, d := range []string{n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images")} {
+	for _, d := range []string{filepath.Dir(n.Socket), n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -418,7 +419,7 @@ func (n *Node) teardown(t testing.TB) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		out, _ := n.ctr(ctx, "tasks", "ls", "-q")
 		for _, id := range strings.Fields(string(out)) {
-			if msg, err := n.ctr(ctx, "tasks", "delete", "--force", id); err != nil {
+			if msg, err := n.ctr(ctx, "tasks", "delete", "--force", id); err != nil && !strings.Contains(string(msg), "not found") {
 				t.Logf("node teardown: ctr tasks delete %s: %v: %s", id, err, msg)
 			}
 		}

@@ -1,0 +1,398 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+const (
+	chartDir     = "../../charts/sweep"
+	release      = "rel"
+	releaseNS    = "sweep-system"
+	sweepdImage  = "sweep.local/sweepd:test"
+	waitTimeout  = 2 * time.Minute
+	metricsPort  = 9742
+	workloadNS   = "work"
+	pollInterval = 200 * time.Millisecond
+)
+
+// cluster is a control plane with a real node, and an admin client.
+type cluster struct {
+	cp   *controlplane.ControlPlane
+	node *controlplane.Node
+	cs   kubernetes.Interface
+}
+
+// startCluster starts a control plane with scheduler and controllers, a real
+// node registered with it, the sweepd image imported into the node's
+// containerd, and the workload namespace.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	cp := controlplane.Start(t, controlplane.WithControllerManager(), controlplane.WithScheduler(),
+		controlplane.WithAddress(controlplane.NodeIP))
+	c := &cluster{cp: cp, node: controlplane.StartNode(t, cp), cs: cp.Clientset(t)}
+	c.node.ImportImage(t, sweepdImageOf(t))
+	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloadNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sweepdImageOf is the image of ../../Dockerfile's final stage, whose base
+// images cannot be pulled here: the static sweepd at /sweepd, /cleanup a
+// link to it, the Dockerfile's ENTRYPOINT, and of distroless/static what the
+// pods use of it (root and nonroot users, a sticky /tmp).
+func sweepdImageOf(t *testing.T) controlplane.Image {
+	t.Helper()
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ENTRYPOINT (\[.*\])$`).FindSubmatch(dockerfile)
+	if m == nil {
+		t.Fatal("no exec-form ENTRYPOINT in the Dockerfile")
+	}
+	var entrypoint []string
+	if err := json.Unmarshal(m[1], &entrypoint); err != nil {
+		t.Fatalf("Dockerfile ENTRYPOINT: %v", err)
+	}
+	return controlplane.Image{
+		Ref:        sweepdImage,
+		Entrypoint: entrypoint,
+		Files: []controlplane.ImageFile{
+			{Path: "/etc", Mode: fs.ModeDir | 0o755},
+			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
+			{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+			{Path: "/sweepd", Mode: 0o755, Source: testbin.BuildStatic(t, "./cmd/sweepd")},
+			{Path: "/cleanup", Mode: fs.ModeSymlink, Link: "sweepd"},
+		},
+	}
+}
+
+// chartValues are the values every test installs with: the local image, a
+// multus cache and state directory of the node's own, a prune every two
+// seconds. minAge is short but not zero, as in a real install: files are
+// written with an older time.
+func chartValues(n *controlplane.Node) string {
+	return fmt.Sprintf(`
+image: {repository: sweep.local/sweepd, tag: test, pullPolicy: Never}
+daemon:
+  multusDir: %s
+  schedule: "@every 2s"
+  minAge: 1m
+  logFormat: text
+  logLevel: debug
+stateDir: %s
+`, filepath.Join(n.Dir, "multus"), filepath.Join(n.Dir, "sweep-state"))
+}
+
+// helm runs the harness's helm against the cluster.
+func (c *cluster) helm(t *testing.T, args ...string) string {
+	t.Helper()
+	helm, err := controlplane.Binary("helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(helm, append([]string{"--kubeconfig", c.cp.Kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.dumpPods(t)
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// install installs the chart with values and waits (helm --wait) until the
+// DaemonSet's pod on the node is ready, then returns that pod.
+func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(path, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.helm(t, "install", release, chartDir, "--namespace", releaseNS, "--create-namespace", "--values", path, "--wait", "--timeout", "3m")
+	// helm --wait does not wait for a DaemonSet of one pod whose
+	// maxUnavailable rounds up to it: wait for the pod's readiness here.
+	var pod *corev1.Pod
+	c.eventually(t, waitTimeout, "the daemon's pod ready on "+controlplane.NodeName, func() bool {
+		pods, err := c.cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
+		if err != nil || len(pods.Items) != 1 {
+			return false
+		}
+		p := &pods.Items[0]
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				pod = p
+				return true
+			}
+		}
+		return false
+	})
+	if pod.Spec.NodeName != controlplane.NodeName {
+		t.Fatalf("the daemon's pod runs on %q, want %s", pod.Spec.NodeName, controlplane.NodeName)
+	}
+	return pod
+}
+
+// dumpPods logs every pod's phase, conditions and container states, and the
+// cluster's events: what a test that waited in vain needs.
+func (c *cluster) dumpPods(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, p := range pods.Items {
+			status, _ := json.Marshal(p.Status)
+			t.Logf("pod %s/%s uid %s: %s", p.Namespace, p.Name, p.UID, status)
+		}
+	}
+	events, err := c.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, e := range events.Items {
+			t.Logf("event %s %s/%s: %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+}
+
+// podLogs returns the logs of a pod's container from the kubelet's log
+// directory (the API server's log endpoint would need the kubelet's
+// serving certificate to be trusted).
+func (c *cluster) podLogs(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(c.node.Dir, "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "*", "*.log"))
+	var out bytes.Buffer
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		fmt.Fprintf(&out, "--- %s\n%s", f, data)
+	}
+	return out.String()
+}
+
+// eventually polls cond until it holds, failing the test after timeout; on
+// failure it prints the pods, the events and the node's logs.
+func (c *cluster) eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.dumpPods(t)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// runPod creates a pod on the node running the pause image and waits until
+// it runs.
+func (c *cluster) runPod(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: controlplane.PauseImage, ImagePullPolicy: corev1.PullNever}},
+			// pause exits on SIGTERM at once; no grace is needed.
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	if _, err := c.cs.CoreV1().Pods(workloadNS).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c.waitPod(t, workloadNS, name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+}
+
+// waitPod waits until the pod exists and cond holds for it.
+func (c *cluster) waitPod(t *testing.T, ns, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	c.eventually(t, waitTimeout, "pod "+ns+"/"+name, func() bool {
+		p, err := c.cs.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil || !cond(p) {
+			return false
+		}
+		pod = p
+		return true
+	})
+	return pod
+}
+
+// deletePod deletes a pod and waits until the API server and the runtime
+// have forgotten it: no object, no sandbox.
+func (c *cluster) deletePod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if err := c.cs.CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(t, waitTimeout, "pod "+pod.Name+" gone", func() bool {
+		_, err := c.cs.CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
+		return err != nil && c.sandboxOf(t, pod) == nil
+	})
+}
+
+// sandboxOf returns the newest sandbox containerd has for the pod (by UID),
+// or nil.
+func (c *cluster) sandboxOf(t *testing.T, pod *corev1.Pod) *controlplane.Sandbox {
+	t.Helper()
+	return c.sandboxOfUID(t, string(pod.UID))
+}
+
+func (c *cluster) sandboxOfUID(t *testing.T, uid string) *controlplane.Sandbox {
+	t.Helper()
+	var found *controlplane.Sandbox
+	for _, sb := range c.node.Sandboxes(t) {
+		if sb.PodUID == uid {
+			sb := sb
+			if found == nil || sb.Running {
+				found = &sb
+			}
+		}
+	}
+	return found
+}
+
+// containerPID returns the host PID of a running container of the pod.
+func (c *cluster) containerPID(t *testing.T, pod *corev1.Pod, container string) int {
+	t.Helper()
+	var status *corev1.ContainerStatus
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == container {
+			status = &pod.Status.ContainerStatuses[i]
+		}
+	}
+	if status == nil {
+		t.Fatalf("no status of container %s", container)
+	}
+	id := strings.TrimPrefix(status.ContainerID, "containerd://")
+	for _, line := range strings.Split(c.node.Ctr(t, "tasks", "ls"), "\n")[1:] {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == id {
+			pid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+	}
+	t.Fatalf("no task of container %s", id)
+	return 0
+}
+
+// prometheus is a real Prometheus server in the node's network namespace.
+type prometheus struct {
+	base string
+}
+
+// startPrometheus runs prometheus scraping target every second.
+func startPrometheus(t *testing.T, target string) *prometheus {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is needed (Debian package prometheus; .ci/run installs it): %v", err)
+	}
+	dir := t.TempDir()
+	config := fmt.Sprintf(`{"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+"scrape_configs": [{"job_name": "sweep", "static_configs": [{"targets": [%q]}]}]}`, target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			t.Logf("prometheus log:\n%s", data)
+		}
+	})
+	return &prometheus{base: "http://" + addr}
+}
+
+// query runs an instant query and returns the value of its single sample;
+// ok is false when Prometheus does not answer or the result is not one
+// sample.
+func (p *prometheus) query(expr string) (float64, bool) {
+	resp, err := http.Get(p.base + "/api/v1/query?" + url.Values{"query": {expr}}.Encode())
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Status string
+		Data   struct {
+			Result []struct {
+				Value [2]any
+			}
+		}
+	}
+	if json.Unmarshal(body, &r) != nil || r.Status != "success" || len(r.Data.Result) != 1 {
+		return 0, false
+	}
+	s, _ := r.Data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	return v, err == nil
+}
+
+// metrics GETs the daemon's /metrics at the pod's address and returns the
+// value of series, or -1 when it is absent or the daemon does not answer.
+func metric(pod *corev1.Pod, series string) float64 {
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(metricsPort))))
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
