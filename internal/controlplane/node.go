@@ -380,8 +380,15 @@ func (n *Node) Sandboxes(t testing.TB) []Sandbox {
 				}
 			}
 		}
-		if err := json.Unmarshal([]byte(n.Ctr(t, "containers", "info", id)), &info); err != nil {
-			t.Fatalf("ctr containers info %s: %v", id, err)
+		data, err := n.ctr(context.Background(), "containers", "info", id)
+		if err != nil && strings.Contains(string(data), "not found") {
+			continue // removed since the listing
+		}
+		if err == nil {
+			err = json.Unmarshal(data, &info)
+		}
+		if err != nil {
+			t.Fatalf("ctr containers info %s: %v\n%s", id, err, data)
 		}
 		if info.Labels["io.cri-containerd.kind"] != "sandbox" {
 			continue

@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
 )
 
 // TestChartOnNode installs the chart with the local image on the real node:
@@ -89,9 +94,127 @@ func TestChartOnNode(t *testing.T) {
 			return ok && runs >= 1
 		})
 	})
+
+	// Real pods with real sandboxes; the test writes what multus would have
+	// written for them, then deletes some without DEL reaching the cache.
+	t.Run("the daemon removes exactly the dead pods' files", func(t *testing.T) {
+		files := map[string][]string{}
+		pods := map[string]*corev1.Pod{}
+		for _, name := range []string{"live", "dead-1", "dead-2", "web-0"} {
+			pods[name] = c.runPod(t, name)
+			files[name] = c.writeCache(t, c.sandboxOf(t, pods[name]))
+		}
+		c.deletePod(t, pods["dead-1"])
+		c.deletePod(t, pods["dead-2"])
+		// A StatefulSet's pod comes back with its name and a new UID: the
+		// old sandbox's files are dead, the new one's live.
+		c.deletePod(t, pods["web-0"])
+		reborn := c.runPod(t, "web-0")
+		rebornFiles := c.writeCache(t, c.sandboxOf(t, reborn))
+
+		c.eventually(t, waitTimeout, "the dead pods' cache files removed", func() bool {
+			return allGone(files["dead-1"]) && allGone(files["dead-2"]) && allGone(files["web-0"])
+		})
+		c.waitRuns(t, pod, 2)
+		checkFiles(t, "live pod", files["live"], true)
+		checkFiles(t, "web-0 with its new UID", rebornFiles, true)
+		if got, want := metric(pod, `sweep_prune_removals_total{reason="pod-gone"}`), float64(3*len(multuscache.DefaultAttachments())); got < want {
+			t.Errorf("sweep_prune_removals_total{reason=\"pod-gone\"} = %v, want at least %v", got, want)
+		}
+	})
+
+	// The runtime knows a static pod by the hash of its manifest, the
+	// kubelet's UID for it, not by its mirror pod's UID in the API server.
+	t.Run("a static pod's files are kept while it runs", func(t *testing.T) {
+		manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: static-web, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers: [{name: app, image: %s, imagePullPolicy: Never}]
+`, workloadNS, controlplane.PauseImage)
+		manifestPath := filepath.Join(c.node.StaticPodDir, "static-web.yaml")
+		if err := os.WriteFile(manifestPath, []byte(manifest), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mirrorName := "static-web-" + controlplane.NodeName
+		mirror := c.waitPod(t, workloadNS, mirrorName, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		hash := mirror.Annotations[corev1.MirrorPodAnnotationKey]
+		if hash == "" || hash == string(mirror.UID) {
+			t.Fatalf("mirror pod: annotation %s = %q, UID %s", corev1.MirrorPodAnnotationKey, hash, mirror.UID)
+		}
+		sb := c.sandboxOfUID(t, hash)
+		if sb == nil {
+			t.Fatalf("no sandbox with the manifest hash %s as its pod UID: %+v", hash, c.node.Sandboxes(t))
+		}
+		if c.sandboxOfUID(t, string(mirror.UID)) != nil {
+			t.Errorf("a sandbox carries the mirror pod's UID %s", mirror.UID)
+		}
+		paths := c.writeCache(t, sb)
+		c.waitRuns(t, pod, 3)
+		checkFiles(t, "static pod", paths, true)
+
+		// Gone from the node, its files are still kept: with api
+		// liveness, a missing mirror pod is no evidence that the static pod
+		// is gone (the kubelet runs it without one while the API server is
+		// away). cri liveness removes them (TestCRILivenessOnNode).
+		if err := os.Remove(manifestPath); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(t, waitTimeout, "the mirror pod gone", func() bool {
+			_, err := c.cs.CoreV1().Pods(workloadNS).Get(t.Context(), mirrorName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+		c.waitRuns(t, pod, 3)
+		checkFiles(t, "static pod without its mirror", paths, true)
+		if got := metric(pod, `sweep_prune_kept_files{reason="static-pod"}`); got != float64(len(paths)-1) {
+			t.Errorf(`sweep_prune_kept_files{reason="static-pod"} = %v, want %d`, got, len(paths)-1)
+		}
+	})
 }
 
-func (c *cluster) multusDir() string { return c.node.Dir + "/multus" }
+func (c *cluster) multusDir() string { return filepath.Join(c.node.Dir, "multus") }
 
-var _ = corev1.PodRunning
-var _ = controlplane.NodeName
+// old is a modification time beyond the chart's minAge.
+var old = time.Now().Add(-2 * time.Hour)
+
+// writeCache writes the multus cache files of a real sandbox, as multus
+// writes them during its ADD: the runtime's sandbox ID and pod UID, the
+// pod's namespace and name.
+func (c *cluster) writeCache(t *testing.T, sb *controlplane.Sandbox) []string {
+	t.Helper()
+	paths, err := multuscache.Sandbox(c.multusDir(), sb.ID, multuscache.Pod{Namespace: sb.PodNS, Name: sb.PodName, UID: sb.PodUID},
+		multuscache.DefaultAttachments(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths
+}
+
+// waitRuns waits until the daemon has started n more prune runs than now,
+// so that what a test wrote has been judged at least n-1 times.
+func (c *cluster) waitRuns(t *testing.T, pod *corev1.Pod, n float64) {
+	t.Helper()
+	start := metric(pod, "sweep_prune_runs_total")
+	c.eventually(t, waitTimeout, fmt.Sprintf("%v more prune runs", n), func() bool {
+		return metric(pod, "sweep_prune_runs_total") >= start+n
+	})
+}
+
+func checkFiles(t *testing.T, what string, paths []string, want bool) {
+	t.Helper()
+	for _, p := range paths {
+		if exists(p) != want {
+			t.Errorf("%s: %s exists = %t, want %t", what, p, !want, want)
+		}
+	}
+}
+
+func allGone(paths []string) bool {
+	for _, p := range paths {
+		if exists(p) {
+			return false
+		}
+	}
+	return true
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -167,8 +168,8 @@ func (c *cluster) dumpPods(t *testing.T) {
 	pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, p := range pods.Items {
-			status, _ := json.Marshal(p.Status)
-			t.Logf("pod %s/%s uid %s: %s", p.Namespace, p.Name, p.UID, status)
+			states, _ := json.Marshal(p.Status.ContainerStatuses)
+			t.Logf("pod %s/%s uid %s: %s %s", p.Namespace, p.Name, p.UID, p.Status.Phase, states)
 		}
 	}
 	events, err := c.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
@@ -240,16 +241,31 @@ func (c *cluster) waitPod(t *testing.T, ns, name string, cond func(*corev1.Pod) 
 	return pod
 }
 
-// deletePod deletes a pod and waits until the API server and the runtime
-// have forgotten it: no object, no sandbox.
+// deletePod deletes a pod and waits until the API server has forgotten it,
+// which the kubelet allows once the pod's containers are stopped. Its
+// sandbox stays until the kubelet's container GC removes it (once a
+// minute): see waitSandboxRemoved.
 func (c *cluster) deletePod(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	if err := c.cs.CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.eventually(t, waitTimeout, "pod "+pod.Name+" gone", func() bool {
-		_, err := c.cs.CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
-		return err != nil && c.sandboxOf(t, pod) == nil
+		p, err := c.cs.CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID)
+	})
+}
+
+// waitSandboxRemoved waits until containerd no longer has the sandbox.
+func (c *cluster) waitSandboxRemoved(t *testing.T, id string) {
+	t.Helper()
+	c.eventually(t, waitTimeout, "sandbox "+id+" removed", func() bool {
+		for _, sb := range c.node.Sandboxes(t) {
+			if sb.ID == id {
+				return false
+			}
+		}
+		return true
 	})
 }
 
