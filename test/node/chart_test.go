@@ -24,7 +24,34 @@ import (
 // scrapes it at the pod's address.
 func TestChartOnNode(t *testing.T) {
 	c := startCluster(t)
-	pod := c.install(t, chartValues(c.node))
+	// What the uninstall must remove: a file on the node, an object in the
+	// cluster; and what it must leave.
+	hostDir := filepath.Join(c.node.Dir, "etc-cni")
+	hostFile := filepath.Join(hostDir, "00-multus.conf")
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{hostFile, filepath.Join(hostDir, "10-bystander.conf")} {
+		if err := os.WriteFile(f, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"multus-leftover", "bystander"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"}}
+		if _, err := c.cs.CoreV1().ConfigMaps("kube-system").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := c.install(t, chartValues(c.node)+fmt.Sprintf(`
+uninstall:
+  enabled: true
+  timeout: 2m
+  cleanupTimeoutSeconds: 10
+  hostPaths: [%s]
+  files: [/host%s]
+  resources:
+    - {group: "", version: v1, resource: configmaps, name: multus-leftover, namespace: kube-system}
+`, hostDir, hostFile))
 	for _, cs := range pod.Status.ContainerStatuses {
 		if !cs.Ready {
 			t.Errorf("container %s not ready", cs.Name)
@@ -125,7 +152,7 @@ func TestChartOnNode(t *testing.T) {
 
 	// The runtime knows a static pod by the hash of its manifest, the
 	// kubelet's UID for it, not by its mirror pod's UID in the API server.
-	t.Run("a static pod's files are kept while it runs", func(t *testing.T) {
+	t.Run("a static pod's files are kept", func(t *testing.T) {
 		manifest := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: static-web, namespace: %s}
@@ -171,6 +198,130 @@ spec:
 			t.Errorf(`sweep_prune_kept_files{reason="static-pod"} = %v, want %d`, got, len(paths)-1)
 		}
 	})
+
+	// The pre-delete hook Job runs on the node and writes the cleanup
+	// ConfigMap; the kubelet projects it into the daemon's pod (its
+	// AtomicWriter), the daemon removes the node's files and takes part in
+	// the coordinated cleanup; then nothing of the release is left.
+	t.Run("helm uninstall cleans up", func(t *testing.T) {
+		c.helm(t, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m")
+		if exists(hostFile) {
+			t.Errorf("%s not removed: the daemon did not run the cleanup", hostFile)
+		}
+		if !exists(filepath.Join(hostDir, "10-bystander.conf")) {
+			t.Error("a file not listed was removed")
+		}
+		ctx := t.Context()
+		if _, err := c.cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "multus-leftover", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("configmap kube-system/multus-leftover: %v, want not found", err)
+		}
+		if _, err := c.cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "bystander", metav1.GetOptions{}); err != nil {
+			t.Errorf("configmap kube-system/bystander: %v", err)
+		}
+		// The hook's pod ran on the node: its events outlive it.
+		c.eventually(t, waitTimeout, "the uninstall hook's pod scheduled on the node", func() bool {
+			events, err := c.cs.CoreV1().Events(releaseNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false
+			}
+			for _, e := range events.Items {
+				if e.Reason == "Started" && strings.HasPrefix(e.InvolvedObject.Name, "rel-sweep-uninstall") {
+					return true
+				}
+			}
+			return false
+		})
+		// Nothing of the release: what the daemon's self-cleanup and helm
+		// delete goes with the pods' terminations, awaited here.
+		c.eventually(t, waitTimeout, "no object of the release left", func() bool {
+			return len(c.releaseObjects(t)) == 0
+		})
+	})
+}
+
+// releaseObjects lists what is left of the release: objects named after
+// it or labelled with it, in its namespace and cluster-wide.
+func (c *cluster) releaseObjects(t *testing.T) []string {
+	t.Helper()
+	ctx := t.Context()
+	var left []string
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+	add := func(kind string, names ...string) {
+		for _, n := range names {
+			left = append(left, kind+"/"+n)
+		}
+	}
+	if l, err := c.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("daemonset", o.Name)
+		}
+	}
+	if l, err := c.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("pod", o.Name)
+		}
+	}
+	if l, err := c.cs.BatchV1().Jobs(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("job", o.Name)
+		}
+	}
+	if l, err := c.cs.CoreV1().ConfigMaps(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			if o.Name != "kube-root-ca.crt" {
+				add("configmap", o.Name)
+			}
+		}
+	}
+	if l, err := c.cs.CoreV1().ServiceAccounts(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			if o.Name != "default" {
+				add("serviceaccount", o.Name)
+			}
+		}
+	}
+	if l, err := c.cs.CoreV1().Services(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("service", o.Name)
+		}
+	}
+	if l, err := c.cs.CoordinationV1().Leases(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("lease", o.Name)
+		}
+	}
+	if l, err := c.cs.RbacV1().Roles(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("role", o.Name)
+		}
+	}
+	if l, err := c.cs.RbacV1().RoleBindings(releaseNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, o := range l.Items {
+			add("rolebinding", o.Name)
+		}
+	}
+	if l, err := c.cs.RbacV1().ClusterRoles().List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("clusterrole", o.Name)
+		}
+	}
+	if l, err := c.cs.RbacV1().ClusterRoleBindings().List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("clusterrolebinding", o.Name)
+		}
+	}
+	for _, name := range []string{"rel-sweep", "rel-sweep-uninstall"} {
+		if _, err := c.cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			add("clusterrole", name)
+		}
+		if _, err := c.cs.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			add("clusterrolebinding", name)
+		}
+	}
+	if len(left) > 0 {
+		t.Logf("left of the release: %v", left)
+	}
+	return left
 }
 
 func (c *cluster) multusDir() string { return filepath.Join(c.node.Dir, "multus") }
