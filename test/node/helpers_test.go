@@ -97,18 +97,19 @@ func sweepdImageOf(t *testing.T) controlplane.Image {
 // chartValues are the values every test installs with: the local image, a
 // multus cache and state directory of the node's own, a prune every two
 // seconds. minAge is short but not zero, as in a real install: files are
-// written with an older time.
+// written with an older time. daemon is the last key, so that a test can
+// append more of its keys, indented.
 func chartValues(n *controlplane.Node) string {
 	return fmt.Sprintf(`
 image: {repository: sweep.local/sweepd, tag: test, pullPolicy: Never}
+stateDir: %s
 daemon:
   multusDir: %s
   schedule: "@every 2s"
   minAge: 1m
   logFormat: text
   logLevel: debug
-stateDir: %s
-`, filepath.Join(n.Dir, "multus"), filepath.Join(n.Dir, "sweep-state"))
+`, filepath.Join(n.Dir, "sweep-state"), filepath.Join(n.Dir, "multus"))
 }
 
 // helm runs the harness's helm against the cluster.
@@ -132,7 +133,14 @@ func (c *cluster) helm(t *testing.T, args ...string) string {
 // DaemonSet's pod on the node is ready, then returns that pod.
 func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "values.yaml")
+	// Not under t.TempDir(): helm splits --values at commas, which a
+	// subtest's name may have.
+	f, err := os.CreateTemp(c.node.Dir, "values-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := f.Name()
+	f.Close()
 	if err := os.WriteFile(path, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}

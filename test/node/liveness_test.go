@@ -1,0 +1,169 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/internal/testbin"
+)
+
+// pruneSummary is the part of `sweepd prune --output=json` the tests read.
+type pruneSummary struct {
+	Removed   map[string]int `json:"removed"`
+	RemovedBy map[string]int `json:"removedBy"`
+	Kept      map[string]int `json:"kept"`
+}
+
+// prune runs `sweepd prune --dry-run` on the node's cache and returns its
+// summary.
+func (c *cluster) prune(t *testing.T, args ...string) pruneSummary {
+	t.Helper()
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	args = append([]string{"prune", "--dry-run", "--output=json", "--min-age=1m", "--multus-dir=" + c.multusDir(),
+		"--kubeconfig=" + c.cp.Kubeconfig, "--cri-endpoint=" + c.node.RuntimeEndpoint}, args...)
+	cmd := exec.Command(sweepd, args...)
+	cmd.Env = append(os.Environ(), "NODE_NAME="+controlplane.NodeName)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("sweepd %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	var s pruneSummary
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("summary %q: %v", out, err)
+	}
+	t.Logf("sweepd %s: %+v", strings.Join(args[1:], " "), s)
+	return s
+}
+
+// TestCRILivenessOnNode judges real sandboxes of the node's containerd, as
+// the runtime reports them: running (live), NOTREADY (the sandbox of a
+// completed pod, which the kubelet keeps while the pod exists), and
+// removed (deleted pods, and a static pod whose manifest went away). Then
+// the daemon in its pod (liveness cri) lives through a containerd restart:
+// while containerd is down its runs are skipped and counted and nothing is
+// deleted; after, pruning resumes.
+func TestCRILivenessOnNode(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+
+	live := c.runPod(t, "live")
+	done := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: workloadNS},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "app", Image: sweepdImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/sweepd", "version"}}},
+		},
+	}
+	if _, err := c.cs.CoreV1().Pods(workloadNS).Create(ctx, done, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done = c.waitPod(t, workloadNS, "done", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	c.eventually(t, waitTimeout, "the completed pod's sandbox stopped (NOTREADY)", func() bool {
+		sb := c.sandboxOf(t, done)
+		return sb != nil && !sb.Running
+	})
+	gone := c.runPod(t, "gone")
+
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: static-web, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers: [{name: app, image: %s, imagePullPolicy: Never}]
+`, workloadNS, controlplane.PauseImage)
+	manifestPath := filepath.Join(c.node.StaticPodDir, "static-web.yaml")
+	if err := os.WriteFile(manifestPath, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mirror := c.waitPod(t, workloadNS, "static-web-"+controlplane.NodeName, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	static := c.sandboxOfUID(t, mirror.Annotations[corev1.MirrorPodAnnotationKey])
+	if static == nil {
+		t.Fatal("no sandbox of the static pod")
+	}
+
+	files := map[string][]string{
+		"live":   c.writeCache(t, c.sandboxOf(t, live)),
+		"done":   c.writeCache(t, c.sandboxOf(t, done)),
+		"gone":   c.writeCache(t, c.sandboxOf(t, gone)),
+		"static": c.writeCache(t, static),
+	}
+	goneSandbox := c.sandboxOf(t, gone).ID
+	c.deletePod(t, gone)
+	if err := os.Remove(manifestPath); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet's container GC removes a dead pod's sandbox within a
+	// minute; until then the runtime still lists it.
+	c.waitSandboxRemoved(t, goneSandbox)
+	c.waitSandboxRemoved(t, static.ID)
+	results := len(multuscache.DefaultAttachments())
+
+	t.Run("cri", func(t *testing.T) {
+		s := c.prune(t, "--liveness=cri")
+		if s.RemovedBy["sandbox-gone"] != 2*results || s.Kept["sandbox-live"] != 2*results {
+			t.Errorf("removed by sandbox-gone %d, kept as sandbox-live %d; want %d each (live and NOTREADY kept, removed and static gone)",
+				s.RemovedBy["sandbox-gone"], s.Kept["sandbox-live"], 2*results)
+		}
+	})
+	t.Run("both", func(t *testing.T) {
+		// The deleted pod is gone for both witnesses; the static pod's
+		// mirror is gone too and the runtime has no sandbox of it; the
+		// completed pod still exists.
+		s := c.prune(t, "--liveness=both")
+		if s.Removed["results"] != 2*results {
+			t.Errorf("removed %v results files, want %d (the deleted pod's and the static pod's)", s.Removed["results"], 2*results)
+		}
+	})
+
+	t.Run("the daemon in its pod, through a containerd restart", func(t *testing.T) {
+		pod := c.install(t, chartValues(c.node)+fmt.Sprintf(`
+  liveness: cri
+  criSocket: %s
+`, c.node.Socket))
+		c.eventually(t, waitTimeout, "the removed sandboxes' files removed", func() bool {
+			return allGone(files["gone"]) && allGone(files["static"])
+		})
+		c.waitRuns(t, pod, 2)
+		checkFiles(t, "running sandbox", files["live"], true)
+		checkFiles(t, "NOTREADY sandbox", files["done"], true)
+		if n := metric(pod, "sweep_runtime_sandboxes"); n < 3 {
+			t.Errorf("sweep_runtime_sandboxes = %v, want at least 3 (daemon, live, done)", n)
+		}
+
+		c.node.StopContainerd()
+		// A file of a sandbox the runtime never had: stale, but not while
+		// the runtime cannot be asked.
+		stale, err := multuscache.Sandbox(c.multusDir(), multuscache.NewSandboxID(),
+			multuscache.Pod{Namespace: workloadNS, Name: "never", UID: multuscache.NewUID()}, multuscache.DefaultAttachments(), old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const skipped = `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`
+		start := metric(pod, skipped)
+		c.eventually(t, waitTimeout, "two runs skipped while containerd is down", func() bool {
+			return metric(pod, skipped) >= max(start, 0)+2
+		})
+		checkFiles(t, "containerd down", stale, true)
+		checkFiles(t, "running sandbox, containerd down", files["live"], true)
+
+		if err := c.node.StartContainerd(); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(t, waitTimeout, "pruning resumed after containerd's restart", func() bool { return allGone(stale) })
+		checkFiles(t, "running sandbox after the restart", files["live"], true)
+		checkFiles(t, "NOTREADY sandbox after the restart", files["done"], true)
+	})
+}
