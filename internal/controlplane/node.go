@@ -224,7 +224,7 @@ func (n *Node) StartContainerd() error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd not ready after %s (%v: %s):\n%s", readyTimeout, err, out, n.containerd.logTail(30))
+			return fmt.Errorf("containerd not ready after %s (%w: %s):\n%s", readyTimeout, err, out, n.containerd.logTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -162,6 +162,11 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 		}
 		return false
 	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the daemon's logs:\n%s", c.podLogs(t, pod))
+		}
+	})
 	if pod.Spec.NodeName != controlplane.NodeName {
 		t.Fatalf("the daemon's pod runs on %q, want %s", pod.Spec.NodeName, controlplane.NodeName)
 	}
