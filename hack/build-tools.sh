@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm, helm-docs, CNI plugins,
-# Whereabouts) from the Go module proxy,
+# kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm,
+# helm-docs, CNI plugins, Whereabouts, containerd v2) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|whereabouts|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -17,23 +17,25 @@ cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
 # version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.
 version() { awk -v m="$2" '{sub(/^require[ \t]+/, "")} $1==m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"; }
 
-# build MODDIR PKG OUTDIR [NAME [LDFLAGS]] builds PKG (a tool of the module in
-# MODDIR) into OUTDIR, as NAME (default: the package's last element), with
-# LDFLAGS added to the link. A stamp beside the binary records LDFLAGS, so a
-# changed recipe rebuilds (only the link, when Go's build cache is warm).
+# build MODDIR PKG OUTDIR [NAME [LDFLAGS [TAGS]]] builds PKG (a tool of the
+# module in MODDIR) into OUTDIR, as NAME (default: the package's last element),
+# with LDFLAGS added to the link and build tags TAGS. A stamp beside the
+# binary records both, so a changed recipe rebuilds (only the link, when Go's
+# build cache is warm).
 build() {
-	local moddir=$1 pkg=$2 out=$3 name=${4:-} ldflags=${5:-}
+	local moddir=$1 pkg=$2 out=$3 name=${4:-} ldflags=${5:-} tags=${6:-}
 	[ -n "$name" ] || name=$(basename "$pkg")
 	[ "$name" = v3 ] && name=etcd
-	local stamp=$out/.$name.ldflags
-	if [ -x "$out/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ldflags" ]; then
+	local stamp=$out/.$name.ldflags recipe=$ldflags
+	[ -z "$tags" ] || recipe="$ldflags tags=$tags"
+	if [ -x "$out/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$recipe" ]; then
 		return 0
 	fi
 	mkdir -p "$out"
 	echo "build-tools: building $name into $out" >&2
 	local start=$SECONDS
-	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $ldflags" -o "$out/.$name.tmp" "$pkg")
-	printf '%s' "$ldflags" >"$stamp"
+	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -tags="$tags" -ldflags="-s -w $ldflags" -o "$out/.$name.tmp" "$pkg")
+	printf '%s' "$recipe" >"$stamp"
 	mv "$out/.$name.tmp" "$out/$name"
 	echo "build-tools: $name built in $((SECONDS - start))s" >&2
 }
@@ -108,6 +110,19 @@ whereabouts() {
 	build "$tools/whereabouts" github.com/k8snetworkplumbingwg/whereabouts/cmd "$cache/whereabouts-$v" whereabouts
 }
 
+# containerd v2 (with its runc shim and ctr), the test node's second runtime
+# beside Debian's containerd 1.6: most clusters run v2. No cgo: the
+# snapshotters that need it are left out by their build tags.
+containerd() {
+	local v
+	v=$(version "$tools/containerd" github.com/containerd/containerd/v2)
+	: "${v:?cannot read the version from go.mod}"
+	local ldflags="-X github.com/containerd/containerd/v2/version.Version=${v#v}"
+	for c in containerd containerd-shim-runc-v2 ctr; do
+		build "$tools/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$cache/containerd-$v" "$c" "$ldflags" "no_btrfs no_devmapper no_zfs"
+	done
+}
+
 case ${1:-all} in
 kube) kube ;;
 etcd) etcd ;;
@@ -116,9 +131,10 @@ helm-docs) helm_docs ;;
 lint) lint ;;
 cni) cni ;;
 whereabouts) whereabouts ;;
+containerd) containerd ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni; whereabouts ;;
-*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; containerd ;;
+*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]" >&2; exit 2 ;;
 esac

@@ -22,6 +22,9 @@ const (
 	// WhereaboutsVersion is github.com/k8snetworkplumbingwg/whereabouts, the
 	// IPAM plugin whose reservations live in the API server.
 	WhereaboutsVersion = "v0.9.2"
+	// ContainerdVersion is github.com/containerd/containerd/v2, the test
+	// node's second runtime (WithContainerd2); the first is Debian's.
+	ContainerdVersion = "v2.4.2"
 )
 
 // ToolsDir is where hack/build-tools.sh caches the binaries:
@@ -41,8 +44,10 @@ func ToolsDir() string {
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs or a CNI plugin (bridge, host-local,
-// loopback, whereabouts). A missing binary is an error that says how to build it; tests
+// kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs,
+// a CNI plugin (bridge, host-local, loopback, whereabouts), or containerd v2's
+// containerd, containerd-shim-runc-v2 and ctr (not Debian's, which are on
+// PATH). A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
@@ -59,6 +64,8 @@ func Binary(name string) (string, error) {
 		dir = "cni-plugins-" + CNIPluginsVersion
 	case "whereabouts":
 		dir = "whereabouts-" + WhereaboutsVersion
+	case "containerd", "containerd-shim-runc-v2", "ctr":
+		dir = "containerd-" + ContainerdVersion
 	default:
 		return "", fmt.Errorf("unknown tool %q", name)
 	}

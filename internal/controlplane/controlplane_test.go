@@ -19,6 +19,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
 		{"tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
 		{"tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
+		{"tools/containerd/go.mod", "github.com/containerd/containerd/v2", controlplane.ContainerdVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))
 		if err != nil {

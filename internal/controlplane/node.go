@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,8 +65,27 @@ type Node struct {
 	// NetNSDir is where containerd mounts the pods' network namespaces.
 	NetNSDir string
 
+	// Runtime names the runtime: "containerd 1.6 (Debian)" or
+	// "containerd v2.4.2".
+	Runtime string
+
 	cp                  *ControlPlane
 	containerd, kubelet *process
+	ctrPath             string
+	v2                  bool
+}
+
+type nodeConfig struct {
+	containerd2 bool
+}
+
+// NodeOption configures StartNode.
+type NodeOption func(*nodeConfig)
+
+// WithContainerd2 runs containerd v2 (ContainerdVersion, built by
+// hack/build-tools.sh) with Debian's runc, instead of Debian's containerd 1.6.
+func WithContainerd2() NodeOption {
+	return func(c *nodeConfig) { c.containerd2 = true }
 }
 
 // StartNode starts a node that registers with cp, waits until it is Ready and
@@ -74,8 +94,12 @@ type Node struct {
 // the kubelet's and containerd's logs. The test binary must run in the
 // network namespace of RunInNetNS, and cp must have been started with
 // WithAddress(NodeIP), WithScheduler and WithControllerManager.
-func StartNode(t testing.TB, cp *ControlPlane) *Node {
+func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 	t.Helper()
+	var cfg nodeConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if !inNetNS() {
 		t.Fatal("a node runs only in the network namespace of controlplane.RunInNetNS (the package's TestMain)")
 	}
@@ -95,6 +119,7 @@ func StartNode(t testing.TB, cp *ControlPlane) *Node {
 		CNINetworksDir: filepath.Join(dir, "cni", "networks"),
 		NetNSDir:       filepath.Join(dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns"),
 		cp:             cp,
+		v2:             cfg.containerd2,
 	}
 	n.RuntimeEndpoint = "unix://" + n.Socket
 	t.Cleanup(func() {
@@ -150,44 +175,42 @@ func (n *Node) start() error {
 	// oom_score_adj, and runc then fails every sandbox ("can't get final
 	// child's PID from pipe"). The pods' network namespaces are mounted in
 	// the node's own state directory, not in the machine's /var/run/netns.
-	config := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-`, filepath.Join(cd, "root"), filepath.Join(cd, "state"), n.Socket, n.Socket+".ttrpc",
-		filepath.Join(cd, "opt"), PauseImage, binDir, n.CNIConfDir)
+	// NRI and tracing are off: NRI's socket would be the machine's.
+	template := containerd16Config
+	path, ctrPath, env := "", "", []string(nil)
+	if n.v2 {
+		template = containerd2Config
+		if path, err = Binary("containerd"); err != nil {
+			return err
+		}
+		if ctrPath, err = Binary("ctr"); err != nil {
+			return err
+		}
+		// containerd finds its shim on PATH.
+		env = append(os.Environ(), "PATH="+filepath.Dir(path)+":"+os.Getenv("PATH"))
+		n.Runtime = "containerd " + ContainerdVersion
+	} else {
+		if path, err = exec.LookPath("containerd"); err != nil {
+			return fmt.Errorf("containerd (Debian package containerd): %w", err)
+		}
+		if ctrPath, err = exec.LookPath("ctr"); err != nil {
+			return fmt.Errorf("ctr (Debian package containerd): %w", err)
+		}
+		n.Runtime = "containerd 1.6 (Debian)"
+	}
+	n.ctrPath = ctrPath
+	config := strings.NewReplacer(
+		"$ROOT", filepath.Join(cd, "root"), "$STATE", filepath.Join(cd, "state"),
+		"$SOCKET", n.Socket, "$OPT", filepath.Join(cd, "opt"), "$PAUSE", PauseImage,
+		"$CNIBIN", binDir, "$CNICONF", n.CNIConfDir,
+	).Replace(template)
 	configPath := filepath.Join(n.Dir, "containerd.toml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
 	}
-	path, err := exec.LookPath("containerd")
-	if err != nil {
-		return fmt.Errorf("containerd (Debian package containerd): %w", err)
-	}
 	n.containerd = &process{
 		name: "containerd", path: path, logPath: filepath.Join(n.Dir, "containerd.log"),
-		args: []string{"--config", configPath},
+		args: []string{"--config", configPath}, env: env,
 	}
 	if err := n.StartContainerd(); err != nil {
 		return err
@@ -345,9 +368,77 @@ func (n *Node) Ctr(t testing.TB, args ...string) string {
 	return string(out)
 }
 
+// ctr returns ctr's standard output, or with an error its standard error
+// (where it also logs warnings, which would spoil its JSON).
 func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, "ctr", append([]string{"--address", n.Socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, n.ctrPath, append([]string{"--address", n.Socket, "--namespace", "k8s.io"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return stderr.Bytes(), err
+	}
+	return out, nil
 }
+
+// containerd16Config is Debian's containerd's configuration (version 2).
+const containerd16Config = `version = 2
+root = "$ROOT"
+state = "$STATE"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$SOCKET"
+
+[ttrpc]
+  address = "$SOCKET.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$OPT"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNIBIN"
+    conf_dir = "$CNICONF"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+`
+
+// containerd2Config is containerd v2's configuration (version 3), the same
+// settings under v2's plugin names.
+const containerd2Config = `version = 3
+root = "$ROOT"
+state = "$STATE"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = "$SOCKET"
+
+[ttrpc]
+  address = "$SOCKET.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$OPT"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "$PAUSE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$CNIBIN"]
+    conf_dir = "$CNICONF"
+
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+`
 
 // Sandbox is a pod sandbox as containerd records it.
 type Sandbox struct {

@@ -19,6 +19,7 @@ type process struct {
 	name    string
 	path    string
 	args    []string
+	env     []string // nil: this process's environment
 	logPath string
 
 	mu   sync.Mutex
@@ -37,6 +38,7 @@ func (p *process) start() error {
 		return fmt.Errorf("open %s log: %w", p.name, err)
 	}
 	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = p.env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

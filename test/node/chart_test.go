@@ -21,9 +21,10 @@ import (
 // TestChartOnNode installs the chart with the local image on the real node:
 // the DaemonSet's pod is scheduled there, the runtime accepts its mounts and
 // security context and applies them, it becomes ready, and a real Prometheus
-// scrapes it at the pod's address.
+// scrapes it at the pod's address. The node runs containerd v2, what most
+// clusters run (TestCRILivenessOnNode runs both).
 func TestChartOnNode(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, controlplane.WithContainerd2())
 	// What the uninstall must remove: a file on the node, an object in the
 	// cluster; and what it must leave.
 	hostDir := filepath.Join(c.node.Dir, "etc-cni")

@@ -50,11 +50,12 @@ type cluster struct {
 // startCluster starts a control plane with scheduler and controllers, a real
 // node registered with it, the sweepd image imported into the node's
 // containerd, and the workload namespace.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, opts ...controlplane.NodeOption) *cluster {
 	t.Helper()
 	cp := controlplane.Start(t, controlplane.WithControllerManager(), controlplane.WithScheduler(),
 		controlplane.WithAddress(controlplane.NodeIP))
-	c := &cluster{cp: cp, node: controlplane.StartNode(t, cp), cs: cp.Clientset(t)}
+	c := &cluster{cp: cp, node: controlplane.StartNode(t, cp, opts...), cs: cp.Clientset(t)}
+	t.Logf("node %s with %s", controlplane.NodeName, c.node.Runtime)
 	c.node.ImportImage(t, sweepdImageOf(t))
 	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloadNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

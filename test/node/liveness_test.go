@@ -55,7 +55,19 @@ func (c *cluster) prune(t *testing.T, args ...string) pruneSummary {
 // while containerd is down its runs are skipped and counted and nothing is
 // deleted; after, pruning resumes.
 func TestCRILivenessOnNode(t *testing.T) {
-	c := startCluster(t)
+	for _, tc := range []struct {
+		runtime string
+		opts    []controlplane.NodeOption
+	}{
+		{"containerd 1.6", nil},
+		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) { criLiveness(t, tc.opts...) })
+	}
+}
+
+func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
+	c := startCluster(t, opts...)
 	ctx := t.Context()
 
 	live := c.runPod(t, "live")
