@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,6 +74,8 @@ type Node struct {
 	containerd, kubelet *process
 	ctrPath             string
 	v2                  bool
+	// natRules are the iptables rules start added, for teardown.
+	natRules [][]string
 }
 
 type nodeConfig struct {
@@ -146,6 +149,18 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 }
 
 func (n *Node) start() error {
+	// A real node's mounts are shared (systemd makes / rshared at boot), and
+	// containerd refuses a hostPath volume with mountPropagation
+	// HostToContainer on a private mount ("is not a shared or slave mount"),
+	// as this machine's / is. Dir bound on itself and made shared gives the
+	// node's own tree what a node has: the runtime's later mounts (pods'
+	// network namespaces) and unmounts reach the pods that asked for them.
+	if err := syscall.Mount(n.Dir, n.Dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount %s: %w", n.Dir, err)
+	}
+	if err := syscall.Mount("", n.Dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", n.Dir, err)
+	}
 	for _, d := range []string{filepath.Dir(n.Socket), n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -217,13 +232,31 @@ func (n *Node) start() error {
 	}
 	// kube-proxy's job for the one Service the pods need: in-cluster clients
 	// dial the kubernetes Service's address. PREROUTING for pods on the
-	// bridge, OUTPUT for host-network pods.
+	// bridge, OUTPUT for host-network pods. The namespace outlives the node:
+	// teardown removes them, or the next test's node would reach this
+	// node's API server port through them.
 	dest := fmt.Sprintf("%s:%d", NodeIP, n.cp.apiPort)
 	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
-		args := []string{"-w", "-t", "nat", "-A", chain, "-d", ServiceIP + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", dest}
-		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s: %w\n%s", strings.Join(args, " "), err, out)
+		rule := []string{chain, "-d", ServiceIP + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", dest}
+		if err := iptablesNAT("-A", rule); err != nil {
+			return err
 		}
+		n.natRules = append(n.natRules, rule)
+	}
+	// A host-network pod's connect routes before OUTPUT's DNAT: a real
+	// node's default route covers the Service's address, but this namespace
+	// has none, and the connect fails with "network is unreachable".
+	if out, err := exec.Command("ip", "route", "replace", ServiceIP+"/32", "dev", "lo", "src", NodeIP).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip route replace %s: %w\n%s", ServiceIP, err, out)
+	}
+	return nil
+}
+
+// iptablesNAT runs iptables with op (-A, -D) on rule in the nat table.
+func iptablesNAT(op string, rule []string) error {
+	args := append([]string{"-w", "-t", "nat", op}, rule...)
+	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -508,7 +541,8 @@ func (n *Node) DumpLogs(t testing.TB) {
 }
 
 // teardown stops the kubelet, kills every container of the node, stops
-// containerd and its shims, releases the mounts under Dir and removes it.
+// containerd and its shims, removes its iptables rules, releases the mounts
+// under Dir and Dir's own, and removes it.
 func (n *Node) teardown(t testing.TB) {
 	if n.kubelet != nil {
 		n.kubelet.stop(syscall.SIGTERM, 10*time.Second)
@@ -525,7 +559,16 @@ func (n *Node) teardown(t testing.TB) {
 		n.containerd.stop(syscall.SIGTERM, 10*time.Second)
 	}
 	killShims(n.Socket)
+	for _, rule := range n.natRules {
+		if err := iptablesNAT("-D", rule); err != nil {
+			t.Logf("node teardown: %v", err)
+		}
+	}
 	unmountUnder(t, n.Dir)
+	// Dir's own bind mount (start); EINVAL: start did not get that far.
+	if err := syscall.Unmount(n.Dir, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		t.Logf("node teardown: unmount %s: %v", n.Dir, err)
+	}
 	if err := os.RemoveAll(n.Dir); err != nil {
 		t.Logf("node teardown: %v", err)
 	}

@@ -125,8 +125,19 @@ func Sandbox(dir, sandbox string, pod Pod, atts []Attachment, mtime time.Time) (
 // FailedAdd writes only the scratch file, as multus leaves it when a
 // delegate's ADD failed and the results were rolled back.
 func FailedAdd(dir, sandbox string, mtime time.Time) (string, error) {
+	return Scratch(dir, sandbox, DefaultAttachments(), mtime)
+}
+
+// Scratch writes only the scratch file of a sandbox whose attachments are
+// atts, as multus does at the start of ADD, before any delegate runs: a test
+// that runs the delegates itself (through libcni, whose cache writes the
+// results files) adds the rest. It returns the path written.
+func Scratch(dir, sandbox string, atts []Attachment, mtime time.Time) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
 	p := filepath.Join(dir, sandbox)
-	return p, writeFile(p, ScratchJSON(DefaultAttachments()), mtime)
+	return p, writeFile(p, ScratchJSON(atts), mtime)
 }
 
 func writeFile(path string, data []byte, mtime time.Time) error {

@@ -149,6 +149,13 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 	// helm --wait does not wait for a DaemonSet of one pod whose
 	// maxUnavailable rounds up to it: wait for the pod's readiness here.
 	var pod *corev1.Pod
+	// A pod that never got ready has the logs that say why; the cleanup
+	// below is registered only once one is.
+	t.Cleanup(func() {
+		if t.Failed() && pod == nil {
+			c.daemonLogs(t)
+		}
+	})
 	c.eventually(t, waitTimeout, "the daemon's pod ready on "+controlplane.NodeName, func() bool {
 		pods, err := c.cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
 		if err != nil || len(pods.Items) != 1 {
@@ -172,6 +179,19 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 		t.Fatalf("the daemon's pod runs on %q, want %s", pod.Spec.NodeName, controlplane.NodeName)
 	}
 	return pod
+}
+
+// daemonLogs logs the logs of the daemon's pods.
+func (c *cluster) daemonLogs(t *testing.T) {
+	t.Helper()
+	pods, err := c.cs.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
+	if err != nil {
+		t.Logf("the daemon's pods: %v", err)
+		return
+	}
+	for i := range pods.Items {
+		t.Logf("the daemon's logs (pod %s):\n%s", pods.Items[i].Name, c.podLogs(t, &pods.Items[i]))
+	}
 }
 
 // dumpPods logs every pod's phase, conditions and container states, and the

@@ -1,0 +1,284 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+)
+
+const (
+	// secNet is the additional network as multus names the delegate of a
+	// NetworkAttachmentDefinition work/sec-net: <name>-<namespace>.
+	secNet = "sec-net-" + workloadNS
+	// secBridge and secSubnet are its own, apart from the node's pod
+	// network (sweep0, controlplane.PodSubnet).
+	secBridge = "sweep1"
+	secSubnet = "10.245.0.0/24"
+	// secIfName is the interface multus gives the first additional network.
+	secIfName = "net1"
+	// cniDelOK and cniDelFailed are the daemon's DEL counters.
+	cniDelOK     = `sweep_prune_cni_dels_total{result="succeeded"}`
+	cniDelFailed = `sweep_prune_cni_dels_total{result="failed"}`
+)
+
+// secAttachment is a pod's attachment to secNet, made as multus makes an
+// additional one.
+type secAttachment struct {
+	pod     *corev1.Pod
+	sandbox controlplane.Sandbox
+	// ip is the address host-local reserved; hostVeth the bridge's end of
+	// the pod's veth pair.
+	ip, hostVeth string
+	// results and scratch are the multus cache files of the sandbox.
+	results, scratch string
+}
+
+// TestCNIDelOnNode replays CNI DEL from inside the daemon's pod, installed
+// with the chart's cniDel values, on a real node: the rights and mounts the
+// chart grants are enough to release a dead pod's host-local address.
+//
+// The node's runtime attaches each pod's primary network itself; the test
+// adds a second network into the pod's real network namespace as multus
+// would (libcni with its cache in the multus directory, the pod's real
+// sandbox ID and identity), on a bridge with host-local addresses in a
+// dataDir of its own. Deleting the pod makes the runtime release only the
+// primary network: the second reservation leaks, which is what the daemon
+// must release.
+//
+// Two dead pods: one deleted the ordinary way, whose namespace the runtime
+// removed (DEL without a namespace, as after any deletion or a reboot: only
+// host-local runs, and needs cniDel.hostPaths); one force-deleted while the
+// runtime was down, whose namespace is still mounted (DEL inside it: the
+// namespace is seen through readOnlyHostPaths' HostToContainer propagation
+// although it was mounted after the daemon started, entering it needs
+// SYS_ADMIN and deleting its interface NET_ADMIN). A live pod with the same
+// attachment keeps everything. On both runtimes: their default seccomp
+// profiles and mount handling are theirs.
+func TestCNIDelOnNode(t *testing.T) {
+	for _, tc := range []struct {
+		runtime string
+		opts    []controlplane.NodeOption
+	}{
+		{"containerd 1.6", nil},
+		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) { cniDelOnNode(t, tc.opts...) })
+	}
+}
+
+func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
+	c := startCluster(t, opts...)
+	binDir, err := controlplane.CNIBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dataDir of its own, so that only the chart's hostPaths give the
+	// daemon's plugins write access to it.
+	dataDir := filepath.Join(c.node.Dir, "cni", "net1")
+	conf := fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
+		secNet, secBridge, secSubnet, dataDir)
+	reserved := func(a *secAttachment) bool { return exists(filepath.Join(dataDir, secNet, a.ip)) }
+
+	// Before the daemon runs, so that the leak is there to be seen.
+	live := c.attachSecNet(t, c.runPod(t, "live"), binDir, conf)
+	dead := c.attachSecNet(t, c.runPod(t, "dead"), binDir, conf)
+	c.deletePod(t, dead.pod)
+	t.Run("leak without the daemon", func(t *testing.T) {
+		// The runtime's own DEL, when it stops the sandbox: the primary
+		// network's address released, the namespace removed.
+		c.eventually(t, waitTimeout, "the runtime's DEL of the deleted pod", func() bool {
+			return !exists(filepath.Join(c.node.CNINetworksDir, "sweep-node", dead.pod.Status.PodIP)) && !exists(dead.sandbox.NetNS)
+		})
+		if !exists(dead.results) || !exists(dead.scratch) {
+			t.Errorf("cache files of the deleted pod gone without the daemon")
+		}
+		if !reserved(dead) {
+			t.Errorf("%s's reservation of %s gone without the daemon: nothing leaks, nothing to test", secNet, dead.ip)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The memory limit values.yaml asks for with cniDel: the plugins run in
+	// the daemon's memory cgroup.
+	daemon := c.install(t, chartValues(c.node)+fmt.Sprintf(`
+cniDel:
+  enabled: true
+  binDir: %q
+  hostPaths: [%q]
+  readOnlyHostPaths: [%q, %q]
+resources:
+  limits: {memory: 100Mi}
+`, binDir, dataDir, c.node.NetNSDir, c.node.CNIConfDir))
+	if daemon.Status.PodIP != controlplane.NodeIP {
+		t.Fatalf("daemon's pod IP %s, want the node's %s: cniDel.enabled makes it hostNetwork", daemon.Status.PodIP, controlplane.NodeIP)
+	}
+
+	t.Run("dead pod without its namespace", func(t *testing.T) {
+		// The counter is added to when the run ends, after the removals.
+		c.eventually(t, waitTimeout, "the deleted pod's cache files and reservation released, a DEL counted", func() bool {
+			return !exists(dead.results) && !exists(dead.scratch) && !reserved(dead) && metric(daemon, cniDelOK) >= 1
+		})
+		if n := metric(daemon, cniDelOK); n != 1 {
+			t.Errorf("%s = %v, want 1", cniDelOK, n)
+		}
+	})
+
+	t.Run("dead pod with its namespace", func(t *testing.T) {
+		// Mounted after the daemon started: only mount propagation shows it.
+		orphan := c.attachSecNet(t, c.runPod(t, "orphan"), binDir, conf)
+		// With the runtime down the pod keeps running and its namespace
+		// stays mounted, while a forced delete removes it from the API
+		// server at once.
+		c.node.StopContainerd()
+		restarted := false
+		restart := func() {
+			if !restarted {
+				restarted = true
+				if err := c.node.StartContainerd(); err != nil {
+					t.Errorf("restart containerd: %v", err)
+				}
+			}
+		}
+		t.Cleanup(restart)
+		if err := c.cs.CoreV1().Pods(workloadNS).Delete(t.Context(), orphan.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		c.eventually(t, waitTimeout, "the force-deleted pod's cache files and reservation released, a DEL counted", func() bool {
+			return !exists(orphan.results) && !exists(orphan.scratch) && !reserved(orphan) && metric(daemon, cniDelOK) >= 2
+		})
+		// The DEL ran inside the namespace: the interface is gone from it,
+		// and with it the host's end of the veth pair.
+		if !exists(orphan.sandbox.NetNS) {
+			t.Fatalf("namespace %s gone while the runtime was down: the DEL did not run inside it", orphan.sandbox.NetNS)
+		}
+		if out := nsIP(t, orphan.sandbox.NetNS, "-o", "link", "show", "dev", secIfName); !strings.Contains(out, "does not exist") {
+			t.Errorf("%s still in the force-deleted pod's namespace:\n%s", secIfName, out)
+		}
+		if linkExists(t, orphan.hostVeth) {
+			t.Errorf("host veth %s of the force-deleted pod still there", orphan.hostVeth)
+		}
+		if n := metric(daemon, cniDelOK); n != 2 {
+			t.Errorf("%s = %v, want 2", cniDelOK, n)
+		}
+		// The runtime back, the kubelet stops the orphaned sandbox, and its
+		// own DEL of the primary network copes with what the daemon did.
+		restart()
+		c.eventually(t, waitTimeout, "the force-deleted pod's sandbox stopped", func() bool {
+			sb := c.sandboxOf(t, orphan.pod)
+			return sb == nil || !sb.Running
+		})
+	})
+
+	t.Run("live pod keeps its attachment", func(t *testing.T) {
+		if !exists(live.results) || !exists(live.scratch) {
+			t.Errorf("cache files of the live pod removed")
+		}
+		if !reserved(live) {
+			t.Errorf("live pod's reservation of %s released", live.ip)
+		}
+		if out := nsIP(t, live.sandbox.NetNS, "-o", "addr", "show", "dev", secIfName); !strings.Contains(out, " "+live.ip+"/") {
+			t.Errorf("live pod lost %s on %s:\n%s", live.ip, secIfName, out)
+		}
+		if !linkExists(t, live.hostVeth) {
+			t.Errorf("host veth %s of the live pod gone", live.hostVeth)
+		}
+		if n := metric(daemon, cniDelFailed); n != 0 {
+			t.Errorf("%s = %v, want 0", cniDelFailed, n)
+		}
+	})
+}
+
+// attachSecNet attaches the running pod to the network of conf (a single
+// plugin config) as multus attaches an additional network: the scratch file
+// first, then the delegate's ADD through libcni with its cache in the multus
+// directory, which writes the results file, for the pod's real sandbox and
+// namespace, with the CNI_ARGS of multus's thin plugin (its own five, then
+// the runtime's again). Both files are then aged past the chart's minAge.
+func (c *cluster) attachSecNet(t *testing.T, pod *corev1.Pod, binDir string, conf []byte) *secAttachment {
+	t.Helper()
+	sb := c.sandboxOf(t, pod)
+	if sb == nil || sb.NetNS == "" {
+		t.Fatalf("no sandbox with a network namespace for pod %s", pod.Name)
+	}
+	a := &secAttachment{pod: pod, sandbox: *sb}
+	scratch, err := multuscache.Scratch(c.multusDir(), sb.ID, []multuscache.Attachment{
+		{Network: "sweep-node", IfName: "eth0"}, {Network: secNet, IfName: secIfName},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.scratch = scratch
+	identity := func(ignoreUnknown string) [][2]string {
+		return [][2]string{
+			{"IgnoreUnknown", ignoreUnknown}, {"K8S_POD_NAMESPACE", pod.Namespace}, {"K8S_POD_NAME", pod.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", sb.ID}, {"K8S_POD_UID", string(pod.UID)},
+		}
+	}
+	rt := &libcni.RuntimeConf{
+		ContainerID: sb.ID, NetNS: sb.NetNS, IfName: secIfName,
+		Args: append(identity("true"), identity("1")...),
+	}
+	plugin, err := libcni.NetworkPluginConfFromBytes(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := libcni.NewCNIConfigWithCacheDir([]string{binDir}, c.multusDir(), nil).AddNetwork(t.Context(), plugin, rt)
+	if err != nil {
+		t.Fatalf("ADD %s to pod %s: %v", secNet, pod.Name, err)
+	}
+	r, err := types100.GetResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iface := range r.Interfaces {
+		if iface.Sandbox == "" && iface.Name != secBridge {
+			a.hostVeth = iface.Name
+		}
+	}
+	if len(r.IPs) != 1 || a.hostVeth == "" {
+		t.Fatalf("ADD %s to pod %s: result %+v", secNet, pod.Name, r)
+	}
+	a.ip = r.IPs[0].Address.IP.String()
+	a.results = filepath.Join(c.multusDir(), "results", secNet+"-"+sb.ID+"-"+secIfName)
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{a.scratch, a.results} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatalf("multus cache file after ADD: %v", err)
+		}
+	}
+	return a
+}
+
+// nsIP runs ip in the network namespace mounted at path.
+func nsIP(t *testing.T, path string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", append([]string{"--net=" + path, "ip"}, args...)...).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "does not exist") {
+		t.Fatalf("ip %s in %s: %v\n%s", strings.Join(args, " "), path, err, out)
+	}
+	return string(out)
+}
+
+// linkExists reports whether the node's network has a link of that name.
+func linkExists(t *testing.T, name string) bool {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show", "dev", name).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "does not exist") {
+		t.Fatalf("ip link show dev %s: %v\n%s", name, err, out)
+	}
+	return err == nil
+}
