@@ -1,7 +1,9 @@
 // Package controlplane runs a real Kubernetes control plane (etcd,
-// kube-apiserver and optionally kube-controller-manager) on loopback for tests.
-// The binaries are built from the Go module proxy by hack/build-tools.sh and
-// cached outside the work tree; see Binary.
+// kube-apiserver and optionally kube-controller-manager and kube-scheduler) on
+// loopback for tests, and a real node beside it (StartNode: containerd, runc
+// and the kubelet, in the network namespace of RunInNetNS). The binaries are
+// built from the Go module proxy by hack/build-tools.sh and cached outside the
+// work tree; see Binary.
 package controlplane
 
 import (

@@ -40,9 +40,9 @@ const (
 	nodeReadyTimeout = 2 * time.Minute
 )
 
-// Node is a real Kubernetes node: containerd and runc from the machine's
-// packages (Debian's runc and containerd), with the CNI bridge and
-// host-local plugins for the pods' network, and the kubelet built by
+// Node is a real Kubernetes node: Debian's runc, with Debian's containerd
+// 1.6 or containerd v2 (WithContainerd2), the CNI bridge and host-local
+// plugins for the pods' network, and the kubelet built by
 // hack/build-tools.sh. Everything it keeps is in Dir; its pods' network
 // lives in the network namespace of RunInNetNS. Pods use images imported
 // with ImportImage and imagePullPolicy Never.
