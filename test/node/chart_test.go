@@ -154,19 +154,7 @@ uninstall:
 	// The runtime knows a static pod by the hash of its manifest, the
 	// kubelet's UID for it, not by its mirror pod's UID in the API server.
 	t.Run("a static pod's files are kept", func(t *testing.T) {
-		manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: static-web, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 0
-  containers: [{name: app, image: %s, imagePullPolicy: Never}]
-`, workloadNS, controlplane.PauseImage)
-		manifestPath := filepath.Join(c.node.StaticPodDir, "static-web.yaml")
-		if err := os.WriteFile(manifestPath, []byte(manifest), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		mirrorName := "static-web-" + controlplane.NodeName
-		mirror := c.waitPod(t, workloadNS, mirrorName, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		mirror, manifestPath := c.runStaticPod(t, "static-web")
 		hash := mirror.Annotations[corev1.MirrorPodAnnotationKey]
 		if hash == "" || hash == string(mirror.UID) {
 			t.Fatalf("mirror pod: annotation %s = %q, UID %s", corev1.MirrorPodAnnotationKey, hash, mirror.UID)
@@ -190,7 +178,7 @@ spec:
 			t.Fatal(err)
 		}
 		c.eventually(t, waitTimeout, "the mirror pod gone", func() bool {
-			_, err := c.cs.CoreV1().Pods(workloadNS).Get(t.Context(), mirrorName, metav1.GetOptions{})
+			_, err := c.cs.CoreV1().Pods(workloadNS).Get(t.Context(), mirror.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		})
 		c.waitRuns(t, pod, 3)

@@ -66,17 +66,7 @@ type secAttachment struct {
 // SYS_ADMIN and deleting its interface NET_ADMIN). A live pod with the same
 // attachment keeps everything. On both runtimes: their default seccomp
 // profiles and mount handling are theirs.
-func TestCNIDelOnNode(t *testing.T) {
-	for _, tc := range []struct {
-		runtime string
-		opts    []controlplane.NodeOption
-	}{
-		{"containerd 1.6", nil},
-		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
-	} {
-		t.Run(tc.runtime, func(t *testing.T) { cniDelOnNode(t, tc.opts...) })
-	}
-}
+func TestCNIDelOnNode(t *testing.T) { runtimes(t, cniDelOnNode) }
 
 func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 	c := startCluster(t, opts...)

@@ -40,6 +40,20 @@ const (
 	pollInterval = 200 * time.Millisecond
 )
 
+// runtimes are the node's container runtimes a test runs on, each its own
+// subtest: Debian's containerd 1.6 and containerd v2.
+func runtimes(t *testing.T, test func(t *testing.T, opts ...controlplane.NodeOption)) {
+	for _, tc := range []struct {
+		runtime string
+		opts    []controlplane.NodeOption
+	}{
+		{"containerd 1.6", nil},
+		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) { test(t, tc.opts...) })
+	}
+}
+
 // cluster is a control plane with a real node, and an admin client.
 type cluster struct {
 	cp   *controlplane.ControlPlane
@@ -258,6 +272,26 @@ func (c *cluster) runPod(t *testing.T, name string) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return c.waitPod(t, workloadNS, name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+}
+
+// runStaticPod writes the manifest of a static pod running the pause image
+// into the kubelet's manifest directory and waits until its mirror pod runs.
+// It returns the mirror pod and the manifest's path.
+func (c *cluster) runStaticPod(t *testing.T, name string) (*corev1.Pod, string) {
+	t.Helper()
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers: [{name: app, image: %s, imagePullPolicy: Never}]
+`, name, workloadNS, controlplane.PauseImage)
+	path := filepath.Join(c.node.StaticPodDir, name+".yaml")
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mirror := c.waitPod(t, workloadNS, name+"-"+controlplane.NodeName, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	return mirror, path
 }
 
 // waitPod waits until the pod exists and cond holds for it.

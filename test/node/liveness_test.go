@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,17 +53,7 @@ func (c *cluster) prune(t *testing.T, args ...string) pruneSummary {
 // the daemon in its pod (liveness cri) lives through a containerd restart:
 // while containerd is down its runs are skipped and counted and nothing is
 // deleted; after, pruning resumes.
-func TestCRILivenessOnNode(t *testing.T) {
-	for _, tc := range []struct {
-		runtime string
-		opts    []controlplane.NodeOption
-	}{
-		{"containerd 1.6", nil},
-		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
-	} {
-		t.Run(tc.runtime, func(t *testing.T) { criLiveness(t, tc.opts...) })
-	}
-}
+func TestCRILivenessOnNode(t *testing.T) { runtimes(t, criLiveness) }
 
 func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 	c := startCluster(t, opts...)
@@ -89,18 +78,7 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 	})
 	gone := c.runPod(t, "gone")
 
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: static-web, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 0
-  containers: [{name: app, image: %s, imagePullPolicy: Never}]
-`, workloadNS, controlplane.PauseImage)
-	manifestPath := filepath.Join(c.node.StaticPodDir, "static-web.yaml")
-	if err := os.WriteFile(manifestPath, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mirror := c.waitPod(t, workloadNS, "static-web-"+controlplane.NodeName, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	mirror, manifestPath := c.runStaticPod(t, "static-web")
 	static := c.sandboxOfUID(t, mirror.Annotations[corev1.MirrorPodAnnotationKey])
 	if static == nil {
 		t.Fatal("no sandbox of the static pod")
