@@ -473,6 +473,31 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     runtime_type = "io.containerd.runc.v2"
 `
 
+// Task is a container's process as containerd reports it.
+type Task struct {
+	PID     int
+	Running bool
+}
+
+// Tasks returns containerd's tasks (sandboxes' and containers') by
+// container ID.
+func (n *Node) Tasks(t testing.TB) map[string]Task {
+	t.Helper()
+	tasks := map[string]Task{}
+	for _, line := range strings.Split(n.Ctr(t, "tasks", "ls"), "\n")[1:] {
+		f := strings.Fields(line) // TASK PID STATUS
+		if len(f) != 3 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil {
+			t.Fatalf("ctr tasks ls: %q: %v", line, err)
+		}
+		tasks[f[0]] = Task{PID: pid, Running: f[2] == "RUNNING"}
+	}
+	return tasks
+}
+
 // Sandbox is a pod sandbox as containerd records it.
 type Sandbox struct {
 	ID                     string
@@ -488,12 +513,7 @@ type Sandbox struct {
 // independent view of what the CRI reports.
 func (n *Node) Sandboxes(t testing.TB) []Sandbox {
 	t.Helper()
-	running := map[string]bool{}
-	for _, line := range strings.Split(n.Ctr(t, "tasks", "ls"), "\n")[1:] {
-		if f := strings.Fields(line); len(f) == 3 {
-			running[f[0]] = f[2] == "RUNNING"
-		}
-	}
+	tasks := n.Tasks(t)
 	var out []Sandbox
 	for _, id := range strings.Fields(n.Ctr(t, "containers", "ls", "-q")) {
 		var info struct {
@@ -518,7 +538,7 @@ func (n *Node) Sandboxes(t testing.TB) []Sandbox {
 			continue
 		}
 		sb := Sandbox{
-			ID: id, PodUID: info.Labels["io.kubernetes.pod.uid"], Running: running[id],
+			ID: id, PodUID: info.Labels["io.kubernetes.pod.uid"], Running: tasks[id].Running,
 			PodName: info.Labels["io.kubernetes.pod.name"], PodNS: info.Labels["io.kubernetes.pod.namespace"],
 		}
 		for _, ns := range info.Spec.Linux.Namespaces {

@@ -154,40 +154,37 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := f.Name()
-	f.Close()
-	if err := os.WriteFile(path, []byte(values), 0o644); err != nil {
+	_, err = f.WriteString(values)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.helm(t, "install", release, chartDir, "--namespace", releaseNS, "--create-namespace", "--values", path, "--wait", "--timeout", "3m")
+	// A pod that never got ready, or failed later, has the logs that say why.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.daemonPods(t) {
+				t.Logf("the daemon's logs (pod %s):\n%s", p.Name, c.podLogs(t, &p))
+			}
+		}
+	})
+	c.helm(t, "install", release, chartDir, "--namespace", releaseNS, "--create-namespace", "--values", f.Name(), "--wait", "--timeout", "3m")
 	// helm --wait does not wait for a DaemonSet of one pod whose
 	// maxUnavailable rounds up to it: wait for the pod's readiness here.
 	var pod *corev1.Pod
-	// A pod that never got ready has the logs that say why; the cleanup
-	// below is registered only once one is.
-	t.Cleanup(func() {
-		if t.Failed() && pod == nil {
-			c.daemonLogs(t)
-		}
-	})
 	c.eventually(t, waitTimeout, "the daemon's pod ready on "+controlplane.NodeName, func() bool {
-		pods, err := c.cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
-		if err != nil || len(pods.Items) != 1 {
+		pods := c.daemonPods(t)
+		if len(pods) != 1 {
 			return false
 		}
-		p := &pods.Items[0]
-		for _, cond := range p.Status.Conditions {
+		for _, cond := range pods[0].Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				pod = p
+				pod = &pods[0]
 				return true
 			}
 		}
 		return false
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the daemon's logs:\n%s", c.podLogs(t, pod))
-		}
 	})
 	if pod.Spec.NodeName != controlplane.NodeName {
 		t.Fatalf("the daemon's pod runs on %q, want %s", pod.Spec.NodeName, controlplane.NodeName)
@@ -195,17 +192,15 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 	return pod
 }
 
-// daemonLogs logs the logs of the daemon's pods.
-func (c *cluster) daemonLogs(t *testing.T) {
+// daemonPods lists the DaemonSet's pods; nil when the API server does not
+// answer.
+func (c *cluster) daemonPods(t *testing.T) []corev1.Pod {
 	t.Helper()
 	pods, err := c.cs.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
 	if err != nil {
-		t.Logf("the daemon's pods: %v", err)
-		return
+		return nil
 	}
-	for i := range pods.Items {
-		t.Logf("the daemon's logs (pod %s):\n%s", pods.Items[i].Name, c.podLogs(t, &pods.Items[i]))
-	}
+	return pods.Items
 }
 
 // dumpPods logs every pod's phase, conditions and container states, and the
@@ -371,17 +366,11 @@ func (c *cluster) containerPID(t *testing.T, pod *corev1.Pod, container string) 
 		t.Fatalf("no status of container %s", container)
 	}
 	id := strings.TrimPrefix(status.ContainerID, "containerd://")
-	for _, line := range strings.Split(c.node.Ctr(t, "tasks", "ls"), "\n")[1:] {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == id {
-			pid, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid
-		}
+	task, ok := c.node.Tasks(t)[id]
+	if !ok || !task.Running {
+		t.Fatalf("no running task of container %s", id)
 	}
-	t.Fatalf("no task of container %s", id)
-	return 0
+	return task.PID
 }
 
 // prometheus is a real Prometheus server in the node's network namespace.
