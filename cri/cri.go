@@ -131,13 +131,16 @@ func (c *Client) Sandboxes(ctx context.Context) (*Sandboxes, error) {
 var ErrBadSandboxID = errors.New("sandbox id is not 64 lowercase hex digits")
 
 func newSandboxes(items []sandbox) (*Sandboxes, error) {
-	s := &Sandboxes{ids: make(map[prune.SandboxID]struct{}, len(items))}
+	s := &Sandboxes{ids: make(map[prune.SandboxID]struct{}, len(items)), pods: make(map[string]struct{}, len(items))}
 	for _, it := range items {
 		id, ok := prune.ParseSandboxID(it.ID)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrBadSandboxID, it.ID)
 		}
 		s.ids[id] = struct{}{}
+		if it.PodUID != "" {
+			s.pods[it.PodUID] = struct{}{}
+		}
 		if it.Ready {
 			s.ready++
 		}
@@ -149,6 +152,7 @@ func newSandboxes(items []sandbox) (*Sandboxes, error) {
 // prune.SandboxIndex.
 type Sandboxes struct {
 	ids   map[prune.SandboxID]struct{}
+	pods  map[string]struct{} // the pod UIDs of the sandboxes
 	ready int
 }
 
@@ -157,6 +161,10 @@ func (s *Sandboxes) Synced() bool { return true }
 
 // Has implements prune.SandboxIndex.
 func (s *Sandboxes) Has(id prune.SandboxID) bool { _, ok := s.ids[id]; return ok }
+
+// HasPod reports whether a sandbox, in any state, was made for the pod with
+// this UID: the UID the kubelet gave the runtime.
+func (s *Sandboxes) HasPod(uid string) bool { _, ok := s.pods[uid]; return ok }
 
 // Len returns the number of sandboxes, in any state.
 func (s *Sandboxes) Len() int { return len(s.ids) }

@@ -23,10 +23,13 @@ type versionResponse struct {
 	RuntimeName, RuntimeVersion string // fields 2 and 3
 }
 
-// sandbox is runtime.v1.PodSandbox: id (1) and state (3).
+// sandbox is runtime.v1.PodSandbox: id (1), metadata (2) and state (3).
 type sandbox struct {
-	ID    string
-	Ready bool // state SANDBOX_READY, the zero value
+	ID string
+	// PodUID is metadata.uid (PodSandboxMetadata field 2): the UID the
+	// kubelet gave the runtime for the sandbox's pod.
+	PodUID string
+	Ready  bool // state SANDBOX_READY, the zero value
 }
 
 // listResponse is runtime.v1.ListPodSandboxResponse: items (1).
@@ -91,18 +94,8 @@ func (m *listResponse) unmarshal(b []byte) error {
 		if n < 0 {
 			return n
 		}
-		s := sandbox{Ready: true}
-		if err := fields(v, func(num protowire.Number, typ protowire.Type, b []byte) int {
-			switch {
-			case num == 1:
-				return str(typ, b, &s.ID)
-			case num == 3 && typ == protowire.VarintType:
-				state, n := protowire.ConsumeVarint(b)
-				s.Ready = state == 0
-				return n
-			}
-			return -1
-		}); err != nil && inner == nil {
+		s, err := unmarshalSandbox(v)
+		if err != nil && inner == nil {
 			inner = err
 		}
 		m.Items = append(m.Items, s)
@@ -112,6 +105,38 @@ func (m *listResponse) unmarshal(b []byte) error {
 		err = inner
 	}
 	return err
+}
+
+// unmarshalSandbox decodes one PodSandbox.
+func unmarshalSandbox(b []byte) (sandbox, error) {
+	s := sandbox{Ready: true}
+	var meta error
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		switch {
+		case num == 1:
+			return str(typ, b, &s.ID)
+		case num == 2 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n >= 0 && meta == nil {
+				meta = fields(v, func(num protowire.Number, typ protowire.Type, b []byte) int {
+					if num == 2 {
+						return str(typ, b, &s.PodUID)
+					}
+					return -1
+				})
+			}
+			return n
+		case num == 3 && typ == protowire.VarintType:
+			state, n := protowire.ConsumeVarint(b)
+			s.Ready = state == 0
+			return n
+		}
+		return -1
+	})
+	if err == nil {
+		err = meta
+	}
+	return s, err
 }
 
 // codec replaces connect's protobuf codec for these messages only.

@@ -35,7 +35,7 @@ func TestWire(t *testing.T) {
 	if err := (codec{}).Unmarshal(data, &list); err != nil {
 		t.Fatal(err)
 	}
-	if want := []sandbox{{"a", true}, {"b", false}, {"c", true}}; !reflect.DeepEqual(list.Items, want) {
+	if want := []sandbox{{"a", "uid", true}, {"b", "uid", false}, {"c", "", true}}; !reflect.DeepEqual(list.Items, want) {
 		t.Fatalf("got %+v, want %+v", list.Items, want)
 	}
 
@@ -96,7 +96,8 @@ func FuzzListResponse(f *testing.F) {
 			t.Fatalf("%x: %d items, generated code %d", data, len(got.Items), len(want.Items))
 		}
 		for i, it := range want.Items {
-			if got.Items[i].ID != it.GetId() || got.Items[i].Ready != (it.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY) {
+			if got.Items[i].ID != it.GetId() || got.Items[i].Ready != (it.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY) ||
+				got.Items[i].PodUID != it.GetMetadata().GetUid() {
 				t.Fatalf("%x: item %d %+v, generated code %v", data, i, got.Items[i], it)
 			}
 		}

@@ -29,6 +29,8 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes []*runtimeapi.PodSandbox
 	hang      chan struct{} // non-nil while calls hang; closed to release them
+	name      string        // Version's runtime name; "" for fakecri
+	version   string
 	srv       *grpc.Server
 	lists     atomic.Int64
 }
@@ -116,6 +118,23 @@ func (s *Server) Add(id string, state runtimeapi.PodSandboxState) {
 	s.sandboxes = append(s.sandboxes, sandbox(id, state))
 }
 
+// AddPod adds a ready sandbox made for the pod with this UID, as the
+// kubelet's sandbox of that pod.
+func (s *Server) AddPod(id, podUID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := sandbox(id, runtimeapi.PodSandboxState_SANDBOX_READY)
+	sb.Metadata.Uid = podUID
+	s.sandboxes = append(s.sandboxes, sb)
+}
+
+// SetVersion sets what Version answers: the runtime's name and version.
+func (s *Server) SetVersion(name, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.name, s.version = name, version
+}
+
 // Lists returns how many ListPodSandbox calls were answered or started.
 func (s *Server) Lists() int64 { return s.lists.Load() }
 
@@ -147,7 +166,13 @@ func (s *Server) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*ru
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "fakecri", RuntimeVersion: "0.0.0", RuntimeApiVersion: "v1"}, nil
+	s.mu.Lock()
+	name, version := s.name, s.version
+	s.mu.Unlock()
+	if name == "" {
+		name, version = "fakecri", "0.0.0"
+	}
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: name, RuntimeVersion: version, RuntimeApiVersion: "v1"}, nil
 }
 
 // ListPodSandbox implements runtimeapi.RuntimeServiceServer. Filters are
