@@ -108,7 +108,7 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	e := &executor{
 		opts: opts,
 		idx:  idx,
-		planner: Planner{Index: idx, Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
+		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
 			Now: opts.Now(), MinAge: opts.MinAge, Settled: settled, ViewTime: opts.ViewTime},
 		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
@@ -123,6 +123,12 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 			"logged", maxFileWarnings, "not_logged", n-maxFileWarnings)
 	}
 	return sum, err
+}
+
+// mirrorHistory returns idx's memory of mirror pods, if it keeps one.
+func mirrorHistory(idx PodIndex) MirrorHistory {
+	h, _ := idx.(MirrorHistory)
+	return h
 }
 
 type executor struct {
@@ -375,7 +381,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		return
 	case d.NeedsWitness:
 		_, ok := newer[re.Cache.PodUID]
-		d = w.e.planner.Witnessed(ok)
+		d = w.e.planner.Witnessed(re.Entry, ok)
 	case d.Reason == ReasonPodLive && re.Cache.PodUID != "":
 		w.current[re.Cache.PodUID] = struct{}{}
 	}

@@ -29,6 +29,16 @@ type PodIndex interface {
 	HasName(namespace, name string) bool
 }
 
+// MirrorHistory is implemented by a PodIndex that remembers the mirror pods
+// it has seen: evidence that a UID is a static pod's after its mirror pod is
+// gone.
+type MirrorHistory interface {
+	// SeenMirror reports whether a mirror pod named uid as its static
+	// pod's UID (kubernetes.io/config.mirror) while the view followed the
+	// API server.
+	SeenMirror(uid string) bool
+}
+
 // SandboxIndex is the container runtime's view of the node's pod sandboxes
 // (CRI ListPodSandbox), for sandbox liveness.
 type SandboxIndex interface {
@@ -185,7 +195,10 @@ type ResultsEntry struct {
 type Planner struct {
 	Index     PodIndex     // nil: no pod liveness
 	Sandboxes SandboxIndex // nil: no sandbox liveness
-	Boot      BootRecord   // nil: not reboot-aware
+	// Mirrors, when set, remembers the static pod UIDs that mirror pods
+	// have named (Index, when it keeps such a memory).
+	Mirrors MirrorHistory
+	Boot    BootRecord // nil: not reboot-aware
 	// NodeName is this node; a static pod's name ends in "-<node>".
 	NodeName string
 	Now      time.Time
@@ -241,10 +254,13 @@ func (p Planner) Results(e ResultsEntry) Decision {
 	}
 	earlier := p.Boot != nil && len(ids) > 0 && p.allEarlierBoot(ids)
 	if earlier && p.Sandboxes != nil {
-		// The runtime does not know the sandbox: a second witness. No
-		// minimum age: no ADD of a sandbox from before the boot can be
-		// running, and mtimes from before a boot mean little (clocks jump
-		// at boot).
+		// The runtime does not know the sandbox: a second witness. The age
+		// and view rules still apply: a boot ID can change without a
+		// reboot (a VM-isolated runtime, another --boot-id-file), and the
+		// runtime lists a sandbox only once its ADD is done.
+		if r := p.young(e.Entry); r != "" {
+			return keep(r)
+		}
 		return remove(ReasonEarlierBoot)
 	}
 	gone := ReasonSandboxGone
@@ -254,10 +270,10 @@ func (p Planner) Results(e ResultsEntry) Decision {
 		switch c := e.Cache; {
 		case c.PodUID != "":
 			live = p.Index.HasUID(c.PodUID)
-			static = !live && (!isUUID(c.PodUID) || p.staticName(c.PodName))
+			static = !live && p.maybeStatic(e.Entry, c.PodUID, c.PodName)
 		case c.PodNamespace != "" && c.PodName != "":
 			live, gone = p.Index.HasName(c.PodNamespace, c.PodName), ReasonPodNameGone
-			static = !live && p.staticName(c.PodName)
+			static = !live && p.maybeStatic(e.Entry, "", c.PodName)
 		default:
 			return keep(ReasonNoIdentity)
 		}
@@ -287,21 +303,42 @@ func (p Planner) Results(e ResultsEntry) Decision {
 	return remove(gone)
 }
 
-// Witnessed decides a results file that Results returned with NeedsWitness,
-// once phase 1 knows whether its pod has a sandbox of the current boot.
-func (p Planner) Witnessed(newer bool) Decision {
-	if newer {
-		return remove(ReasonEarlierBoot)
+// Witnessed decides a results file e that Results returned with
+// NeedsWitness, once phase 1 knows whether its pod has a sandbox of the
+// current boot. The age and view rules apply as to any removal.
+func (p Planner) Witnessed(e Entry, newer bool) Decision {
+	if !newer {
+		return keep(ReasonPodLive)
 	}
-	return keep(ReasonPodLive)
+	if r := p.young(e); r != "" {
+		return keep(r)
+	}
+	return remove(ReasonEarlierBoot)
 }
 
-// staticName reports whether name is one the kubelet gives static pods,
-// `<name>-<node>`. Static pods are the pods whose UID the API server knows
-// only through their mirror pod; the kubelet hashes the manifest into a UID
-// that is no UUID, unless the manifest sets one, hence this second test.
-func (p Planner) staticName(name string) bool {
-	return p.NodeName != "" && strings.HasSuffix(name, "-"+p.NodeName)
+// StaticNameGrace is how long past the minimum age a file whose pod is gone
+// is kept as a possible static pod on the strength of its name alone.
+// Within it, a static pod whose manifest sets a UUID may not have its mirror
+// pod yet; past it, a name is no evidence: OpenShift's installer-<rev>-<node>
+// pods end in the node's name too, and would otherwise leak forever.
+const StaticNameGrace = time.Hour
+
+// maybeStatic reports whether a file whose pod (uid, or its name when the
+// file has no UID) the API server does not know may be a static pod's, whose
+// death the API server cannot vouch for. Only positive evidence counts: a
+// UID that the API server never gives (the kubelet's manifest hash), a
+// mirror pod of that UID seen by the view, or a static pod's name
+// (`<name>-<node>`) within StaticNameGrace.
+func (p Planner) maybeStatic(e Entry, uid, name string) bool {
+	switch {
+	case uid != "" && !isUUID(uid):
+		return true
+	case p.NodeName == "" || !strings.HasSuffix(name, "-"+p.NodeName):
+		return false
+	case uid != "" && p.Mirrors != nil && p.Mirrors.SeenMirror(uid):
+		return true
+	}
+	return e.ModTime.After(p.Now.Add(-p.MinAge - StaticNameGrace))
 }
 
 // isUUID reports whether s has the form the API server gives pod UIDs.
@@ -356,8 +393,8 @@ func (e ResultsEntry) Sandboxes() []SandboxID {
 // zero-length or corrupt scratch file is judged by its name alone. With
 // sandbox liveness, the scratch file of a sandbox the runtime knows stays:
 // multus reads it on the sandbox's CNI DEL. An unreferenced scratch file of a
-// sandbox recorded under an earlier boot goes whatever its mtime: its results
-// files, which named it at the last run, are gone.
+// sandbox recorded under an earlier boot goes as earlier-boot, once old
+// enough as any other.
 func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{}) Decision {
 	if referenced == nil {
 		// No results directory: "referenced by nothing" proves nothing.
@@ -369,11 +406,11 @@ func (p Planner) Scratch(e Entry, id SandboxID, referenced map[SandboxID]struct{
 	if p.Sandboxes != nil && p.Sandboxes.Has(id) {
 		return keep(ReasonSandboxLive)
 	}
-	if p.Boot != nil && p.Boot.EarlierBoot(id) {
-		return remove(ReasonEarlierBoot)
-	}
 	if r := p.young(e); r != "" {
 		return keep(r)
+	}
+	if p.Boot != nil && p.Boot.EarlierBoot(id) {
+		return remove(ReasonEarlierBoot)
 	}
 	return remove(ReasonOrphanScratch)
 }

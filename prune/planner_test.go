@@ -172,9 +172,9 @@ func TestPlannerLiveness(t *testing.T) {
 		{"api: pod live", api, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
 		{"api: pod gone", api, file(old, liveSandbox, liveSandbox, goneUID), remove(ReasonPodGone)},
 		// Reboot-aware: an earlier boot's sandbox goes even when its pod is
-		// live, and even when its mtime looks young (clocks jump at boot).
-		// Pods alone: an earlier boot's sandbox of a live pod waits for a
-		// witness (Witnessed), whatever its mtime (clocks jump at boot).
+		// live, once as old as any other file must be. Pods alone: an
+		// earlier boot's sandbox of a live pod waits for a witness
+		// (Witnessed, which applies the age rules).
 		{"boot: earlier boot, pod live", apiBoot, file(old, thickSandbox, thickSandbox, liveUID), witness},
 		{"boot: earlier boot, young mtime", apiBoot, file(young, thickSandbox, thickSandbox, liveUID), witness},
 		{"boot: earlier boot, mtime from the future", apiBoot, file(now.Add(24*time.Hour), thickSandbox, thickSandbox, liveUID), witness},
@@ -187,6 +187,8 @@ func TestPlannerLiveness(t *testing.T) {
 		{"boot: earlier boot, no UID, name gone", apiBoot, file(old, thickSandbox, thickSandbox, ""), remove(ReasonPodNameGone)},
 		{"boot+cri: earlier boot, runtime knows it", criBoot, file(old, liveSandbox, liveSandbox, liveUID), keep(ReasonSandboxLive)},
 		{"boot+cri: earlier boot, runtime does not", criBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
+		{"boot+cri: earlier boot, runtime does not, young", criBoot, file(young, thickSandbox, thickSandbox, liveUID), keep(ReasonTooYoung)},
+		{"boot+both: earlier boot, runtime does not, young", bothBoot, file(young, thickSandbox, thickSandbox, liveUID), keep(ReasonTooYoung)},
 		{"boot+both: earlier boot, pod live, runtime does not know it", bothBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
 		{"boot+both: earlier boot, runtime knows it", bothBoot, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
 	}
@@ -216,7 +218,11 @@ func TestPlannerScratchSandboxLive(t *testing.T) {
 	}{
 		{"runtime knows the sandbox", cri, known, now.Add(-time.Hour), none, keep(ReasonSandboxLive)},
 		{"runtime does not", cri, gone, now.Add(-time.Hour), none, remove(ReasonOrphanScratch)},
-		{"earlier boot, mtime from the future", boot, prior, now.Add(time.Hour), none, remove(ReasonEarlierBoot)},
+		{"earlier boot, old", boot, prior, now.Add(-time.Hour), none, remove(ReasonEarlierBoot)},
+		// A boot ID can change without a reboot: the age rules apply to
+		// earlier-boot files too.
+		{"earlier boot, young", boot, prior, now.Add(-time.Second), none, keep(ReasonTooYoung)},
+		{"earlier boot, mtime from the future", boot, prior, now.Add(time.Hour), none, keep(ReasonTooYoung)},
 		{"earlier boot, still referenced", boot, prior, now.Add(-time.Hour), map[SandboxID]struct{}{prior: {}}, keep(ReasonSandboxReferenced)},
 		{"earlier boot, runtime knows it", boot, known, now.Add(-time.Hour), none, keep(ReasonSandboxLive)},
 		{"current boot, young", boot, gone, now, none, keep(ReasonTooYoung)},
@@ -248,6 +254,12 @@ func TestPlannerStaticPods(t *testing.T) {
 	api := Planner{Index: pods, NodeName: node, Now: now, MinAge: 15 * time.Minute, Settled: settled}
 	both := api
 	both.Sandboxes = runtime
+	seen := api
+	seen.Mirrors = mirrorsSeen{ownUID: {}}
+	aged := func(e ResultsEntry, age time.Duration) ResultsEntry {
+		e.ModTime = now.Add(-age)
+		return e
+	}
 	file := func(sandbox, uid, name string) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + sandbox + "-eth0", ModTime: old},
 			Cache: CacheFile{ContainerID: sandbox, PodUID: uid, PodNamespace: "kube-system", PodName: name}}
@@ -264,6 +276,14 @@ func TestPlannerStaticPods(t *testing.T) {
 		{"hash, a name of any form", api, file(failedAdd, unknown, "x"), keep(ReasonStaticPod)},
 		{"UUID set by the manifest, no mirror", api, file(failedAdd, ownUID, "static-"+node), keep(ReasonStaticPod)},
 		{"no UID, static name, no mirror", api, file(failedAdd, "", "static-"+node), keep(ReasonStaticPod)},
+		// A name is evidence only for StaticNameGrace past the minimum age:
+		// OpenShift's installer-<rev>-<node> pods are ordinary pods.
+		{"UUID, static name, past the grace", api, aged(file(failedAdd, ownUID, "installer-3-"+node), 15*time.Minute+StaticNameGrace+time.Second), remove(ReasonPodGone)},
+		{"UUID, static name, within the grace", api, aged(file(failedAdd, ownUID, "installer-3-"+node), 15*time.Minute+StaticNameGrace-time.Second), keep(ReasonStaticPod)},
+		{"no UID, static name, past the grace", api, aged(file(failedAdd, "", "static-"+node), 2*time.Hour), remove(ReasonPodNameGone)},
+		{"UUID of a mirror seen before, past the grace", seen, aged(file(failedAdd, ownUID, "static-"+node), 24*time.Hour), keep(ReasonStaticPod)},
+		{"UUID of a mirror seen before, a name not static", seen, aged(file(failedAdd, ownUID, "web-1"), 24*time.Hour), remove(ReasonPodGone)},
+		{"hash, far past the grace", api, aged(file(failedAdd, unknown, "x"), 24*time.Hour), keep(ReasonStaticPod)},
 		{"no UID, mirror pod by name", api, file(failedAdd, "", "etcd-"+node), keep(ReasonPodLive)},
 		{"an API pod that is gone", api, file(failedAdd, goneUID, "web-1"), remove(ReasonPodGone)},
 		// both: the API server abstains, the runtime decides.
@@ -316,11 +336,23 @@ func TestPlannerAgeGuards(t *testing.T) {
 }
 
 func TestPlannerWitnessed(t *testing.T) {
-	p := Planner{}
-	if got := p.Witnessed(true); got != remove(ReasonEarlierBoot) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := Planner{Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	old, young := Entry{ModTime: now.Add(-time.Hour)}, Entry{ModTime: now.Add(-time.Second)}
+	if got := p.Witnessed(old, true); got != remove(ReasonEarlierBoot) {
 		t.Errorf("with a newer sandbox: got %+v", got)
 	}
-	if got := p.Witnessed(false); got != keep(ReasonPodLive) {
+	if got := p.Witnessed(old, false); got != keep(ReasonPodLive) {
 		t.Errorf("without: got %+v", got)
 	}
+	// A boot ID can change without a reboot while an ADD runs: a young
+	// file of an earlier boot waits for its age as any other.
+	if got := p.Witnessed(young, true); got != keep(ReasonTooYoung) {
+		t.Errorf("young, with a newer sandbox: got %+v", got)
+	}
 }
+
+// mirrorsSeen is a MirrorHistory of fixed UIDs.
+type mirrorsSeen map[string]struct{}
+
+func (m mirrorsSeen) SeenMirror(uid string) bool { _, ok := m[uid]; return ok }
