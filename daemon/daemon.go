@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
 	"github.com/sweep-k8s/sweep/cri"
@@ -78,25 +79,88 @@ type Config struct {
 	// boot stale. Needs StateDir.
 	RebootAware bool
 	// BootIDFile is read for the current boot ID; default
-	// prune.DefaultBootIDFile.
+	// prune.DefaultBootIDFile. The Node named NodeName must report the same
+	// boot ID before its pods' view condemns anything.
 	BootIDFile string
+	// SelfPodUID is the UID of the daemon's own pod (the downward API's
+	// metadata.uid); empty on a bare node. When set, the view of the node's
+	// pods and the runtime's list of sandboxes must both hold it.
+	SelfPodUID string
+	// ExpectRuntime names the kubelet's container runtime, NAME or
+	// NAME://VERSION as a Node's containerRuntimeVersion reads: with cri
+	// liveness alone on a bare node, the proof that the socket is the
+	// kubelet's runtime.
+	ExpectRuntime string
+	// AllowShortIntervals accepts a minimum age and a schedule interval
+	// under MinInterval, for tests and demos.
+	AllowShortIntervals bool
 }
 
-// Validate checks the configuration without touching anything.
+// MinInterval is the floor of the minimum age and of the schedule's
+// interval. A minimum age under it no longer covers a slow CNI ADD (the
+// runtime lists a sandbox only once its ADD is done), and a zero or
+// negative "@every" runs a prune every second.
+const MinInterval = time.Minute
+
+// FieldError is an invalid field of a Config, so that a command can name
+// the flag that set it.
+type FieldError struct {
+	// Field is the Config field: "Prune.MinAge", "Schedule", ...
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate checks the configuration without touching anything. An empty
+// Schedule is not checked (a single prune has none). Errors are
+// *FieldError.
 func (c Config) Validate() error {
 	if c.NodeName == "" && c.Liveness != LivenessCRI {
-		return errors.New("node name is required")
+		return fieldError("NodeName", "node name is required")
 	}
-	if _, err := cron.ParseStandard(c.Schedule); err != nil {
-		return fmt.Errorf("invalid schedule %q: %w", c.Schedule, err)
+	if c.Prune.MinAge < 0 {
+		return fieldError("Prune.MinAge", "must not be negative")
+	}
+	if c.Prune.MinAge < MinInterval && !c.AllowShortIntervals {
+		return fieldError("Prune.MinAge", "%s is under the floor of %s: a CNI ADD may still be running on files that young "+
+			"(allow shorter ones for tests and demos only)", c.Prune.MinAge, MinInterval)
+	}
+	if c.Schedule != "" {
+		sched, err := cron.ParseStandard(c.Schedule)
+		if err != nil {
+			return fieldError("Schedule", "invalid schedule %q: %w", c.Schedule, err)
+		}
+		// Five-field specs run at most once a minute; "@every" is what can
+		// go under (cron rounds a zero or negative interval up to 1s).
+		if every, ok := sched.(cron.ConstantDelaySchedule); ok && every.Delay < MinInterval && !c.AllowShortIntervals {
+			return fieldError("Schedule", "schedule %q runs every %s, under the floor of %s (allow shorter ones for tests and demos only)",
+				c.Schedule, every.Delay, MinInterval)
+		}
 	}
 	if c.Liveness != "" {
 		if _, err := ParseLiveness(string(c.Liveness)); err != nil {
-			return err
+			return &FieldError{Field: "Liveness", Err: err}
 		}
 	}
 	if c.RebootAware && c.StateDir == "" {
-		return errors.New("reboot-aware staleness needs a state directory")
+		return fieldError("RebootAware", "reboot-aware staleness needs a state directory")
+	}
+	if c.ExpectRuntime != "" {
+		if err := ParseExpectRuntime(c.ExpectRuntime); err != nil {
+			return &FieldError{Field: "ExpectRuntime", Err: err}
+		}
+	}
+	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {
+		// Any runtime that answers would do otherwise, and one that lists
+		// none of the kubelet's sandboxes condemns every file.
+		return fieldError("ExpectRuntime", "cri liveness alone needs a proof that the socket is the kubelet's runtime: "+
+			"the daemon's own pod UID (in a pod) or the expected runtime (on a bare node)")
 	}
 	return nil
 }
@@ -110,6 +174,11 @@ func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 // WithMetadataClient sets the client for the pod informer. Required unless
 // the liveness is cri.
 func WithMetadataClient(c metadata.Interface) Option { return func(d *Daemon) { d.client = c } }
+
+// WithDynamicClient sets the client that reads the daemon's Node, to prove
+// that the pods listed for its name are this machine's. Required unless the
+// liveness is cri.
+func WithDynamicClient(c dynamic.Interface) Option { return func(d *Daemon) { d.dynamic = c } }
 
 // WithRuntime sets the container runtime's client. Required when the
 // liveness is cri or both.
@@ -138,6 +207,7 @@ type Daemon struct {
 	cfg       Config
 	log       *slog.Logger
 	client    metadata.Interface
+	dynamic   dynamic.Interface
 	listener  net.Listener
 	onReady   func()
 	uninstall Uninstaller
@@ -145,12 +215,19 @@ type Daemon struct {
 
 	schedule cron.Schedule
 	view     *podView // nil with cri liveness, and in PruneOnce
-	boot     *prune.BootState
-	clock    *prune.ClockGuard
-	sources  prune.Sources
-	metrics  *metrics
-	ready    atomic.Bool // first sync done
-	running  sync.Mutex  // held by the prune run in progress
+	// nodeWatch follows the daemon\'s Node beside view.
+	nodeWatch *nodeWatcher
+	boot      *prune.BootState
+	clock     *prune.ClockGuard
+	identity  *identity
+	sources   prune.Sources
+	metrics   *metrics
+	synced    atomic.Bool // first sync done
+	proven    atomic.Bool // the last proof of the views succeeded
+	proofMu   sync.Mutex
+	proofSeen bool       // a proof has been recorded
+	proofMsg  string     // its error, "" for success
+	running   sync.Mutex // held by the prune run in progress
 }
 
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
@@ -166,17 +243,22 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	for _, o := range opts {
 		o(d)
 	}
-	if once && cfg.Schedule == "" {
-		cfg.Schedule = "@hourly" // unused, but Validate wants one
-	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if once {
+		cfg.Schedule = "@hourly" // unused
+	} else if cfg.Schedule == "" {
+		return nil, fieldError("Schedule", "a schedule is required")
 	}
 	if d.cfg.Liveness == "" {
 		d.cfg.Liveness = LivenessAPI
 	}
 	if d.cfg.Liveness.Pods() && d.client == nil {
 		return nil, errors.New("no metadata client")
+	}
+	if d.cfg.Liveness.Pods() && d.dynamic == nil {
+		return nil, errors.New("no dynamic client")
 	}
 	if d.cfg.Liveness.Runtime() && d.runtime == nil {
 		return nil, errors.New("no container runtime client")
@@ -204,6 +286,14 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 		d.boot = d.loadBoot()
 	}
 	d.clock = prune.NewClockGuard()
+	d.identity = &identity{node: cfg.NodeName, bootIDFile: d.cfg.BootIDFile, selfUID: cfg.SelfPodUID, expect: cfg.ExpectRuntime}
+	switch {
+	case d.view != nil:
+		d.nodeWatch = newNodeWatcher(d.dynamic, cfg.NodeName)
+		d.identity.nodes = d.nodeWatch
+	case d.cfg.Liveness.Pods():
+		d.identity.nodes = nodeGetter{nodes: d.dynamic.Resource(nodesResource), name: cfg.NodeName}
+	}
 	d.sources = d.buildSources()
 	if d.uninstall != nil {
 		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
@@ -219,29 +309,17 @@ func (d *Daemon) buildSources() prune.Sources {
 	src := prune.Sources{Clock: d.clock}
 	switch {
 	case d.view != nil:
-		src.Pods = d.view.source(d.cfg.SyncTimeout)
+		src.Pods = provenPods{src: d.view.source(d.cfg.SyncTimeout), id: d.identity}
 	case d.cfg.Liveness.Pods():
-		src.Pods = listSource{client: d.client, node: d.cfg.NodeName, timeout: d.cfg.SyncTimeout}
+		src.Pods = provenPods{src: listSource{client: d.client, node: d.cfg.NodeName, timeout: d.cfg.SyncTimeout, log: d.log}, id: d.identity}
 	}
 	if d.runtime != nil {
-		src.Sandboxes = criSource{d.runtime}
+		src.Sandboxes = provenRuntime{c: d.runtime, id: d.identity}
 	}
 	if d.boot != nil {
 		src.Boot = d.boot
 	}
 	return src
-}
-
-// criSource adapts the CRI client to prune.SandboxSource.
-type criSource struct{ c *cri.Client }
-
-// Sandboxes implements prune.SandboxSource.
-func (s criSource) Sandboxes(ctx context.Context) (prune.SandboxIndex, error) {
-	l, err := s.c.Sandboxes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
 }
 
 // PruneOnce runs one prune cycle with the views the daemon would use, the
@@ -305,6 +383,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	if d.view != nil {
 		wg.Go(func() { d.view.run(ctx) })
+		wg.Go(func() { d.nodeWatch.run(ctx) })
 	}
 	d.watchClock(ctx, &wg)
 	if d.uninstall != nil {
@@ -319,10 +398,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if !d.waitFirstSync(ctx, errc) {
 		return d.httpError(errc)
 	}
-	d.ready.Store(true)
-	if d.onReady != nil {
-		d.onReady()
-	}
+	d.synced.Store(true)
+	// Not ready until the views are proven to be this node's; the proof is
+	// kept up between runs, so that readiness follows a Node that goes or
+	// starts reporting another boot.
+	wg.Go(func() { d.proveLoop(ctx) })
 
 	c := cron.New(cron.WithLocation(time.Local))
 	c.Schedule(d.schedule, cron.FuncJob(func() { d.cycle(ctx) }))
@@ -383,6 +463,86 @@ func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
 	}
 }
 
+// Intervals of the proof that the views are this node's: retried quickly
+// while it fails (after a reboot the kubelet reports the new boot ID within
+// seconds), then renewed at a pace a large cluster's API server does not
+// feel; every prune run proves the views again anyway.
+const (
+	proveRetryMin = 2 * time.Second
+	proveRetryMax = time.Minute
+	proveRenew    = 5 * time.Minute
+)
+
+// proveLoop proves the views until ctx ends, and calls onReady after the
+// first success.
+func (d *Daemon) proveLoop(ctx context.Context) {
+	retry := proveRetryMin
+	notified := false
+	for {
+		err := d.prove(ctx)
+		wait := proveRenew
+		if err != nil || !d.proven.Load() {
+			wait, retry = retry, min(2*retry, proveRetryMax)
+		} else {
+			retry = proveRetryMin
+			if !notified && d.onReady != nil {
+				d.onReady()
+			}
+			notified = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// prove checks, outside a prune run, that the views are this node's: the
+// Node and the daemon's own pod in the view, and the runtime.
+func (d *Daemon) prove(ctx context.Context) error {
+	var err error
+	if d.view != nil {
+		if err = d.identity.checkNode(ctx); err == nil {
+			err = d.identity.checkPods(d.view)
+		}
+	}
+	if err == nil && d.runtime != nil {
+		_, err = provenRuntime{c: d.runtime, id: d.identity}.Sandboxes(ctx)
+	}
+	if err != nil && !errors.Is(err, ErrNodeUnproven) && !errors.Is(err, ErrRuntimeUnproven) {
+		// A failure to ask proves nothing either way; the runs say so.
+		d.log.Debug("cannot prove the views now", "error", err)
+		return err
+	}
+	d.setProven(err)
+	return err
+}
+
+// setProven records the outcome of a proof: readiness, a metric, and a log
+// line when the outcome changes, so that a failing proof retried every few
+// seconds logs once.
+func (d *Daemon) setProven(err error) {
+	d.proven.Store(err == nil)
+	d.metrics.proven.Set(boolFloat(err == nil))
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	d.proofMu.Lock()
+	changed := !d.proofSeen || msg != d.proofMsg
+	d.proofSeen, d.proofMsg = true, msg
+	d.proofMu.Unlock()
+	switch {
+	case !changed:
+	case err != nil:
+		d.log.Error("nothing will be deleted: the views are not proven to be this node's", "error", err)
+	default:
+		d.log.Info("views proven to be this node's", "liveness", d.cfg.Liveness, "self_pod_uid", d.cfg.SelfPodUID,
+			"expect_runtime", d.cfg.ExpectRuntime)
+	}
+}
+
 // loadBoot reads the boot ID and the boot record. Any failure is logged and
 // counted, never fatal: without a boot ID the daemon is not reboot-aware;
 // with an unusable record nothing is earlier-boot until the next reboot.
@@ -432,6 +592,14 @@ func (d *Daemon) cycle(ctx context.Context) {
 	if sum == nil {
 		switch {
 		case ctx.Err() != nil:
+		case errors.Is(err, ErrNodeUnproven):
+			d.metrics.skipped.WithLabelValues(skipNodeUnproven).Inc()
+			d.setProven(err)
+			d.log.Warn("prune skipped: nothing deleted", "error", err)
+		case errors.Is(err, ErrRuntimeUnproven):
+			d.metrics.skipped.WithLabelValues(skipRuntimeUnproven).Inc()
+			d.setProven(err)
+			d.log.Warn("prune skipped: nothing deleted", "error", err)
 		case errors.Is(err, prune.ErrPodsUnavailable):
 			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
 			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", err)
@@ -443,6 +611,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 		}
 		return
 	}
+	d.setProven(nil)
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
 	attrs := summaryAttrs(sum)

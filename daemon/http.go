@@ -14,7 +14,8 @@ import (
 
 // serve starts the HTTP server: /metrics, /healthz (the process serves) and
 // /readyz (the first sync of the node's pods is done or, with cri liveness
-// alone, the runtime answered once). It stops with ctx.
+// alone, the runtime answered once, and the views are proven to be this
+// node's). It stops with ctx.
 func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- error) (*http.Server, error) {
 	l := d.listener
 	if l == nil {
@@ -27,8 +28,12 @@ func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- erro
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
+		switch {
+		case !d.synced.Load():
 			http.Error(w, "not synced", http.StatusServiceUnavailable)
+			return
+		case !d.proven.Load():
+			http.Error(w, "the views are not proven to be this node's: see the log", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

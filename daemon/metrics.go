@@ -18,6 +18,10 @@ const (
 	skipNotSynced      = "not-synced"
 	skipStillRunning   = "still-running"
 	skipCRIUnavailable = "cri-unavailable"
+	// The views could not prove they are this node's (ErrNodeUnproven,
+	// ErrRuntimeUnproven).
+	skipNodeUnproven    = "node-unproven"
+	skipRuntimeUnproven = "runtime-unproven"
 )
 
 // Results of a CNI DEL; a closed set, used as a label.
@@ -71,6 +75,7 @@ type metrics struct {
 	pods        prometheus.GaugeFunc
 	viewFresh   prometheus.GaugeFunc
 	clockSteps  prometheus.Counter
+	proven      prometheus.Gauge
 }
 
 // metricsConfig is the configuration that the info metric reports: what
@@ -110,6 +115,10 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 			Name: "sweep_clock_steps_total",
 			Help: "Steps of the wall clock seen by the daemon; file ages are not trusted for the minimum age after each (kept as clock-unsettled).",
 		}),
+		proven: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_views_proven",
+			Help: "1 while the liveness views are proven to be this node's (the Node exists and reports this boot ID, the daemon's own pod is in them, the runtime is the kubelet's), else 0; nothing is deleted at 0.",
+		}),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_prune_runs_total",
 			Help: "Prune runs started.",
@@ -124,7 +133,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_skipped_runs_total",
-			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; cri-unavailable: no list of sandboxes from the container runtime; still-running: the previous run had not finished).",
+			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; cri-unavailable: no list of sandboxes from the container runtime; node-unproven: the pods listed for the node name are not proven to be this machine's; runtime-unproven: the runtime is not proven to be the kubelet's; still-running: the previous run had not finished).",
 		}, []string{"reason"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_prune_last_success_timestamp_seconds",
@@ -186,7 +195,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
-	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable} {
+	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable, skipNodeUnproven, skipRuntimeUnproven} {
 		m.skipped.WithLabelValues(r)
 	}
 	for _, r := range keptReasons() {
@@ -216,7 +225,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.runs, m.failures, m.fileErrors, m.skipped,
+		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.proven, m.runs, m.failures, m.fileErrors, m.skipped,
 		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles,
 		buildInfo, configInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),
@@ -317,4 +326,11 @@ func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
 		}
 	}
 	return nil
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

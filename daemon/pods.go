@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,8 +28,11 @@ func NodeSelector(node string) string {
 
 // ListNodePods lists the pods bound to node in one LIST request (metadata
 // only), retrying until it succeeds or timeout passes. The result is a
-// complete view at one resource version, so it is always synced.
-func ListNodePods(ctx context.Context, client metadata.Interface, node string, timeout time.Duration) (*prune.PodSet, error) {
+// complete view at one resource version, so it is always synced. The first
+// failure is logged at once (log may be nil), and an error names the last
+// failure of a request, not the deadline that ended the retries: "connection
+// refused" says more than "rate limiter Wait returned an error".
+func ListNodePods(ctx context.Context, client metadata.Interface, node string, timeout time.Duration, log *slog.Logger) (*prune.PodSet, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
@@ -36,6 +42,12 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := client.Resource(podsResource).List(ctx, metav1.ListOptions{FieldSelector: NodeSelector(node)})
 		if err != nil {
+			if lastErr != nil && deadlineError(ctx, err) {
+				return false, nil // the deadline, not the API server
+			}
+			if lastErr == nil && log != nil {
+				log.Warn("cannot list the node's pods; retrying", "timeout", timeout, "error", err)
+			}
 			lastErr = err
 			return false, nil
 		}
@@ -61,13 +73,23 @@ type listSource struct {
 	client  metadata.Interface
 	node    string
 	timeout time.Duration
+	log     *slog.Logger
 }
 
 // Pods implements prune.PodSource.
 func (s listSource) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
-	set, err := ListNodePods(ctx, s.client, s.node, s.timeout)
+	set, err := ListNodePods(ctx, s.client, s.node, s.timeout, s.log)
 	if err != nil {
 		return nil, false, err
 	}
 	return set, false, nil
+}
+
+// deadlineError reports whether err is the end of ctx rather than an answer
+// (or silence) of the API server. client-go's rate limiter refuses a request
+// that could not start before the deadline with an error of its own, which
+// wraps no context error: "rate: Wait(n=1) would exceed context deadline".
+func deadlineError(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "would exceed context deadline")
 }

@@ -58,11 +58,38 @@ type podView struct {
 	listed   bool // a Replace has been stored at least once
 	canWatch bool // a watch may follow the last Replace
 	lastErr  error
-	changed  chan struct{} // closed and replaced on every change of fresh
+	changed  chan struct{}       // closed and replaced on every change of fresh
+	mirrors  map[string]struct{} // static pod UIDs that mirror pods have named
+}
+
+// maxMirrors bounds the memory of mirror pods: a node runs a handful of
+// static pods, and each edit of a manifest gives one more UID.
+const maxMirrors = 10000
+
+// noteMirror remembers the static pod UID that a mirror pod names.
+func (v *podView) noteMirror(obj any) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok || m.Annotations[MirrorAnnotation] == "" {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.mirrors) < maxMirrors {
+		v.mirrors[m.Annotations[MirrorAnnotation]] = struct{}{}
+	}
+}
+
+// SeenMirror implements prune.MirrorHistory: a mirror pod named uid as its
+// static pod's since the daemon started.
+func (v *podView) SeenMirror(uid string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.mirrors[uid]
+	return ok
 }
 
 func newPodView(client metadata.Interface, node string) *podView {
-	v := &podView{changed: make(chan struct{}), lastErr: errNotListed}
+	v := &podView{changed: make(chan struct{}), lastErr: errNotListed, mirrors: map[string]struct{}{}}
 	selector := NodeSelector(node)
 	pods := client.Resource(podsResource)
 	lw := &cache.ListWatch{
@@ -129,12 +156,13 @@ func slim(obj any) any {
 	return s
 }
 
-func (s *viewStore) Add(obj any) error    { return s.Indexer.Add(slim(obj)) }
-func (s *viewStore) Update(obj any) error { return s.Indexer.Update(slim(obj)) }
+func (s *viewStore) Add(obj any) error    { s.view.noteMirror(obj); return s.Indexer.Add(slim(obj)) }
+func (s *viewStore) Update(obj any) error { s.view.noteMirror(obj); return s.Indexer.Update(slim(obj)) }
 
 // Replace stores a complete list and only then makes the view fresh.
 func (s *viewStore) Replace(list []any, rv string) error {
 	for i := range list {
+		s.view.noteMirror(list[i])
 		list[i] = slim(list[i])
 	}
 	if err := s.Indexer.Replace(list, rv); err != nil {

@@ -268,6 +268,53 @@ func TestChartRender(t *testing.T) {
 		}
 	})
 
+	// As sweepd refuses them: a minimum age that no longer covers a CNI ADD,
+	// a schedule that prunes every second.
+	t.Run("short intervals are refused unless allowed", func(t *testing.T) {
+		for _, tc := range []struct{ set, want string }{
+			{"daemon.minAge=30s", "daemon.minAge 30s is under the floor of 1m"},
+			{"daemon.minAge=59s999ms", "daemon.minAge 59s999ms is under the floor"},
+			{"daemon.minAge=0s", "under the floor"},
+			{"daemon.schedule=@every 0s", `daemon.schedule "@every 0s" runs more often than once a minute`},
+			{"daemon.schedule=@every 30s", "more often than once a minute"},
+			{"daemon.schedule=@every -1m", "more often than once a minute"},
+		} {
+			out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+				"--set", tc.set).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("--set %s: rendered or another error, want %q: %v\n%s", tc.set, tc.want, err, out)
+			}
+			_, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", tc.set, "--set", "daemon.allowShortIntervals=true")), "rel-sweep")
+			if !slices.Contains(c.Args, "--allow-short-intervals") {
+				t.Errorf("--set %s with allowShortIntervals: args %v", tc.set, c.Args)
+			}
+		}
+		for _, ok := range []string{"daemon.minAge=1m", "daemon.minAge=90s", "daemon.minAge=1h", "daemon.schedule=@every 1m", "daemon.schedule=*/5 * * * *"} {
+			if _, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", ok)), "rel-sweep"); slices.Contains(c.Args, "--allow-short-intervals") {
+				t.Errorf("--set %s: --allow-short-intervals without asking", ok)
+			}
+		}
+	})
+
+	// The proofs that the views are this node's: the daemon's own pod UID,
+	// the right to read its Node, and the expected runtime when given.
+	t.Run("the daemon can prove its views", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both", "--set", "daemon.expectRuntime=cri-o"))
+		_, c := daemonPod(t, objs, "rel-sweep")
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid"
+		}) {
+			t.Errorf("no POD_UID from metadata.uid in %v", c.Env)
+		}
+		if !slices.Contains(c.Args, "--expect-runtime=cri-o") {
+			t.Errorf("args %v lack --expect-runtime=cri-o", c.Args)
+		}
+		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+		if !strings.Contains(fmt.Sprint(rules), "resources:[nodes]") || !strings.Contains(fmt.Sprint(rules), "verbs:[get list watch]") {
+			t.Errorf("ClusterRole rules %v: no read of nodes", rules)
+		}
+	})
+
 	t.Run("liveness is checked", func(t *testing.T) {
 		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", "daemon.liveness=kubelet").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "liveness") {

@@ -211,7 +211,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 	prune := func(t *testing.T, args ...string) (summary, int) {
 		t.Helper()
 		cmd := exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--kubeconfig=" + cp.Kubeconfig,
-			"--multus-dir=" + multusDir, "--min-age=0s", "--cni-del", "--output=json"}, args...)...)
+			"--multus-dir=" + multusDir, "--min-age=0s", "--allow-short-intervals", "--cni-del", "--output=json"}, args...)...)
 		start := time.Now()
 		stdout, stderr, code := runCmd(t, cmd)
 		t.Logf("sweepd prune --cni-del %s: exit %d in %s\n%s%s", strings.Join(args, " "), code, time.Since(start), stdout, stderr)

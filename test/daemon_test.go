@@ -80,7 +80,10 @@ func startProc(t testing.TB, cmd *exec.Cmd, addr, logPath, name string) *daemonP
 // withMinAge gives a test's sweepd a --min-age of one minute unless it sets
 // one: ages are not trusted in the first --min-age after boot, and a test
 // must not depend on how long ago the machine booted (the default is 15m).
+// It also allows the short schedules and ages of tests
+// (--allow-short-intervals).
 func withMinAge(args []string) []string {
+	args = append([]string{"--allow-short-intervals"}, args...)
 	for _, a := range args {
 		if strings.HasPrefix(a, "--min-age") {
 			return args

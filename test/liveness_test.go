@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
@@ -69,6 +70,15 @@ func writeBootID(t *testing.T, path, id string) {
 	}
 }
 
+// bootNode fakes a boot of node with the boot ID id: the boot ID file that
+// sweepd reads (--boot-id-file) says id, and so does the Node, as its
+// kubelet reports it when it starts.
+func bootNode(t *testing.T, cs kubernetes.Interface, node, path, id string) {
+	t.Helper()
+	writeBootID(t, path, id)
+	setNodeBootID(t, cs, node, id)
+}
+
 // TestPruneRebootAware fakes a reboot: the boot ID file changes between two
 // runs. Live pods whose cache files were recorded under boot A lose them
 // once the boot ID says B; the files of the same pods' new sandboxes stay.
@@ -87,7 +97,7 @@ func TestPruneRebootAware(t *testing.T) {
 	base := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--multus-dir=" + dir, "--min-age=2m", "--boot-id-file=" + bootFile}
 
 	// Boot A: the pods' first sandboxes. A run records them.
-	writeBootID(t, bootFile, "7d4f0c6e-aaaa-4b1e-8f3a-00000000000a")
+	bootNode(t, cs, "node-a", bootFile, "7d4f0c6e-aaaa-4b1e-8f3a-00000000000a")
 	var beforeReboot []string
 	for _, name := range []string{"web", "db"} {
 		beforeReboot = append(beforeReboot, sandboxFiles(t, dir, multuscache.NewSandboxID(), pods[name], old)...)
@@ -100,15 +110,8 @@ func TestPruneRebootAware(t *testing.T) {
 		t.Fatalf("no boot record: %v", err)
 	}
 
-	// Reboot: boot B. The kubelet made new sandboxes for the same pods. The
-	// clock jumped: the old files now look as if written in the future.
-	writeBootID(t, bootFile, "7d4f0c6e-bbbb-4b1e-8f3a-00000000000b")
-	future := time.Now().Add(24 * time.Hour)
-	for _, p := range beforeReboot {
-		if err := os.Chtimes(p, future, future); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Reboot: boot B. The kubelet made new sandboxes for the same pods.
+	bootNode(t, cs, "node-a", bootFile, "7d4f0c6e-bbbb-4b1e-8f3a-00000000000b")
 	var afterReboot []string
 	for _, name := range []string{"web", "db"} {
 		afterReboot = append(afterReboot, sandboxFiles(t, dir, multuscache.NewSandboxID(), pods[name], time.Now())...)
@@ -144,10 +147,33 @@ func TestPruneRebootAware(t *testing.T) {
 		}
 	})
 
+	t.Run("an earlier boot's file goes only once as old as any other", func(t *testing.T) {
+		// A boot ID can change without a reboot while an ADD is still
+		// running: the age rules apply to earlier-boot files too. Here the
+		// clock jumped back at the boot, and the old files look as if
+		// written in the future (and a second ago) until it catches up.
+		for _, mtime := range []time.Time{time.Now().Add(24 * time.Hour), time.Now().Add(-time.Second)} {
+			for _, p := range beforeReboot {
+				if err := os.Chtimes(p, mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state)...)
+			if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 || sum.Kept["too-young"] != 4 {
+				t.Fatalf("mtime %s: exit %d, summary %+v", mtime, code, sum)
+			}
+			checkFiles(t, "earlier boot, young", beforeReboot, true)
+		}
+		for _, p := range beforeReboot {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("the earlier boot's files go, the new sandboxes' stay", func(t *testing.T) {
 		sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state)...)
-		// 4 results and 2 scratch files, though their mtimes are in the
-		// future: mtimes from before a boot mean nothing.
+		// 4 results and 2 scratch files.
 		if code != 0 || sum.RemovedBy["earlier-boot"] != 6 || sum.Kept["pod-live"] != 4 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
@@ -165,7 +191,7 @@ func TestPruneRebootAware(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(state, "boot-record.json"), []byte(`{"bootID":"x","sandboxes":["nope"`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		writeBootID(t, bootFile, "7d4f0c6e-cccc-4b1e-8f3a-00000000000c")
+		bootNode(t, cs, "node-a", bootFile, "7d4f0c6e-cccc-4b1e-8f3a-00000000000c")
 		sum, stderr, code := runPrune(t, nil, append(base, "--state-dir="+state)...)
 		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 || !strings.Contains(stderr, "boot record unusable") {
 			t.Fatalf("exit %d, summary %+v", code, sum)
@@ -205,7 +231,7 @@ func TestPruneCRILiveness(t *testing.T) {
 	rt.Add(notReady, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
 	// Any kubeconfig would fail: none must be read.
 	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME="}
-	base := []string{"--liveness=cri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=2m", "--cri-timeout=1s"}
+	base := []string{"--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--min-age=2m", "--cri-timeout=1s"}
 
 	t.Run("runtime stopped: nothing deleted, exit 1", func(t *testing.T) {
 		rt.Stop()
@@ -321,7 +347,7 @@ func TestDaemonCRILiveness(t *testing.T) {
 	goneFiles := sandboxFiles(t, dir, gone, pod, old)
 	rt.SetSandboxes(live)
 
-	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
+	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
 		"--multus-dir="+dir, "--schedule=@every 1s", "--state-dir="+state, "--boot-id-file="+bootFile)
 	eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 
@@ -411,7 +437,7 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 		"--multus-dir=" + dir, "--schedule=@every 1s", "--state-dir=" + state, "--boot-id-file=" + bootFile}
 
 	// Boot A: one sandbox, recorded by the first daemon.
-	writeBootID(t, bootFile, "2b7c9d10-aaaa-4e6f-8a00-00000000000a")
+	bootNode(t, cs, "node-a", bootFile, "2b7c9d10-aaaa-4e6f-8a00-00000000000a")
 	before := multuscache.NewSandboxID()
 	beforeFiles := sandboxFiles(t, dir, before, pod, old)
 	rt.SetSandboxes(before)
@@ -425,7 +451,7 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 
 	// Boot B: the kubelet made a new sandbox; the runtime lists the old one
 	// as NOTREADY.
-	writeBootID(t, bootFile, "2b7c9d10-bbbb-4e6f-8a00-00000000000b")
+	bootNode(t, cs, "node-a", bootFile, "2b7c9d10-bbbb-4e6f-8a00-00000000000b")
 	after := multuscache.NewSandboxID()
 	afterFiles := sandboxFiles(t, dir, after, pod, old)
 	rt.SetSandboxes(after)

@@ -53,6 +53,7 @@ func runCmd(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 // createPod creates a pod bound to node and returns its UID.
 func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) string {
 	t.Helper()
+	ensureNode(t, cs, node)
 	p, err := cs.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
@@ -65,6 +66,30 @@ func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) str
 		t.Fatal(err)
 	}
 	return string(p.UID)
+}
+
+// ensureNode registers the Node name as its kubelet would, unless it is
+// registered already: sweepd condemns nothing by a node's pods until the
+// Node exists and reports this machine's boot ID.
+func ensureNode(t testing.TB, cs kubernetes.Interface, name string) {
+	t.Helper()
+	if _, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{}); err == nil {
+		return
+	}
+	bootID, err := controlplane.MachineBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setNodeBootID(t, cs, name, bootID)
+}
+
+// setNodeBootID registers the Node name, or updates it, reporting bootID,
+// as its kubelet does when it starts.
+func setNodeBootID(t testing.TB, cs kubernetes.Interface, name, bootID string) {
+	t.Helper()
+	if err := controlplane.RegisterNode(t.Context(), cs, name, bootID, controlplane.FakeRuntime); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // deletePod deletes a pod immediately, as the kubelet's final delete would.

@@ -31,6 +31,7 @@ func TestStaticPodFiles(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "kube-system")
+	ensureNode(t, cs, "node-a")
 	const (
 		hash         = "c6e40cad1f3a4e6b9d2c8a7f5e4d3c2b" // what a kubelet v1.37.2 gave a static pod
 		orphanedHash = "9f8e7d6c5b4a39281706f5e4d3c2b1a0" // a static pod whose mirror pod is missing
@@ -112,7 +113,7 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 				dir := filepath.Join(t.TempDir(), "multus")
 				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 				cmd := exec.Command(sweepd, "daemon", "--kubeconfig="+kubeconfig, "--metrics-addr="+addr, "--log-level=debug",
-					"--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s", "--sync-timeout=10m")
+					"--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s", "--allow-short-intervals", "--sync-timeout=10m")
 				// The HTTP/2 health check notices a frozen connection after
 				// 1s without a frame and 1s without the ping's answer.
 				cmd.Env = append(os.Environ(), "HTTP2_READ_IDLE_TIMEOUT_SECONDS=1", "HTTP2_PING_TIMEOUT_SECONDS=1",

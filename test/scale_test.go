@@ -31,6 +31,9 @@ func BenchmarkHundredDaemons(b *testing.B) {
 	cs := cp.Clientset(b)
 	ensureServiceAccount(b, cs, "default")
 
+	for n := range nodes {
+		ensureNode(b, cs, nodeName(n))
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, nodes)

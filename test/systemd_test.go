@@ -140,6 +140,7 @@ func TestDaemonSystemdNotify(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", addr)
 	t.Setenv("WATCHDOG_USEC", strconv.Itoa(int(watchdog/time.Microsecond)))
 
+	ensureNode(t, cp.Clientset(t), "node-a")
 	cp.StopAPIServer()
 	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+t.TempDir(), "--sync-timeout=2s")
 	// Only the daemon may talk to the socket: the restarted kube-apiserver

@@ -241,7 +241,7 @@ func bindDaemonSetPods(t *testing.T, cs kubernetes.Interface, ns string, labels 
 func createNodes(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	for _, n := range uninstallNodes {
-		noErr(t)(cs.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}))
+		ensureNode(t, cs, n)
 	}
 }
 

@@ -238,7 +238,7 @@ func TestCNIDelWhereabouts(t *testing.T) {
 		} `json:"cniDel"`
 	}
 	cmd := exec.Command(sweepd, "prune", "--node-name=node-a", "--kubeconfig="+cp.Kubeconfig, "--multus-dir="+multusDir,
-		"--min-age=0s", "--cni-del", "--cni-bin-dir="+binDir, "--output=json")
+		"--min-age=0s", "--allow-short-intervals", "--cni-del", "--cni-bin-dir="+binDir, "--output=json")
 	start := time.Now()
 	stdout, stderr, code := runCmd(t, cmd)
 	took := time.Since(start)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sweep-k8s/sweep/daemon"
+	"github.com/sweep-k8s/sweep/prune"
 )
 
 func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
@@ -19,17 +20,18 @@ func daemonCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
 			return exitUsage
 		}
+		dcfg := p.config(prune.Options{MinAge: p.minAge})
+		dcfg.Schedule, dcfg.PruneOnStart, dcfg.MetricsAddr = *schedule, *onStart, *addr
+		if err := dcfg.Validate(); err != nil {
+			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", flagError(err))
+			return exitUsage
+		}
 		popts, err := p.options(e)
 		if err != nil {
 			e.log.Error("daemon", "error", err)
 			return exitFail
 		}
-		dcfg := p.config(popts)
-		dcfg.Schedule, dcfg.PruneOnStart, dcfg.MetricsAddr = *schedule, *onStart, *addr
-		if err := dcfg.Validate(); err != nil {
-			fmt.Fprintf(e.stderr, "sweepd daemon: %v\n", err)
-			return exitUsage
-		}
+		dcfg.Prune = popts
 		if u.enabled() && p.node == "" {
 			fmt.Fprintln(e.stderr, "sweepd daemon: --node-name (or $NODE_NAME) is required with --cleanup-config-dir")
 			return exitUsage

@@ -34,7 +34,17 @@ func TestRunUsage(t *testing.T) {
 		{name: "both needs a node", args: []string{"prune", "--node-name=", "--liveness=both"}, code: exitUsage, stderr: "--node-name"},
 		{name: "reboot-aware without state dir", args: []string{"prune", "--node-name=n", "--reboot-aware"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
 		{name: "daemon reboot-aware without state dir", args: []string{"daemon", "--node-name=n", "--reboot-aware=true"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
-		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "not with --liveness=cri"},
+		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--expect-runtime=containerd", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "not with --liveness=cri"},
+		// Refusals of issue 25: what would switch a guard off.
+		{name: "cri alone without a proof", args: []string{"prune", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
+		{name: "daemon cri alone without a proof", args: []string{"daemon", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
+		{name: "bad expected runtime", args: []string{"prune", "--liveness=cri", "--expect-runtime=containerd://"}, code: exitUsage, stderr: "--expect-runtime: invalid runtime"},
+		{name: "min-age zero", args: []string{"prune", "--node-name=n", "--min-age=0"}, code: exitUsage, stderr: "--min-age: 0s is under the floor of 1m0s"},
+		{name: "min-age 1ms", args: []string{"daemon", "--node-name=n", "--min-age=1ms"}, code: exitUsage, stderr: "--min-age: 1ms is under the floor"},
+		{name: "min-age negative", args: []string{"prune", "--node-name=n", "--min-age=-1m", "--allow-short-intervals"}, code: exitUsage, stderr: "--min-age: must not be negative"},
+		{name: "schedule every -1m", args: []string{"daemon", "--node-name=n", "--schedule=@every -1m"}, code: exitUsage, stderr: "--schedule: schedule \"@every -1m\" runs every 1s, under the floor"},
+		{name: "schedule every 0s", args: []string{"daemon", "--node-name=n", "--schedule=@every 0s"}, code: exitUsage, stderr: "under the floor"},
+		{name: "schedule every 30s", args: []string{"daemon", "--node-name=n", "--schedule=@every 30s"}, code: exitUsage, stderr: "under the floor"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

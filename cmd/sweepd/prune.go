@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -36,6 +37,9 @@ type pruneFlags struct {
 	stateDir    string
 	rebootAware bool
 	bootIDFile  string
+	podUID      string
+	expectRT    string
+	allowShort  bool
 
 	cniDel        bool
 	cniBinDir     string
@@ -60,7 +64,10 @@ func addPruneFlags(fs *flag.FlagSet) *pruneFlags {
 	fs.DurationVar(&p.criTimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
 	fs.StringVar(&p.stateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty: no reboot-awareness, uninstall state in memory only")
 	fs.BoolVar(&p.rebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists, once a second witness agrees (the runtime no longer lists the sandbox, or the pod has a newer one); only with --state-dir")
-	fs.StringVar(&p.bootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID")
+	fs.StringVar(&p.bootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID; the Node named --node-name must report the same one (status.nodeInfo.bootID) before its pods' view condemns anything")
+	fs.StringVar(&p.podUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods and the runtime's list of sandboxes must hold it; default $POD_UID")
+	fs.StringVar(&p.expectRT, "expect-runtime", "", "the kubelet's container runtime, NAME or NAME://VERSION as the CONTAINER-RUNTIME column of kubectl get nodes -o wide reads (containerd, cri-o://1.34.1): the runtime at --cri-endpoint must be it; with --liveness=cri on a bare node, the proof that the socket is the kubelet's runtime")
+	fs.BoolVar(&p.allowShort, "allow-short-intervals", false, "accept a --min-age (and a daemon's --schedule interval) under one minute: for tests and demos; on a node, a CNI ADD may take longer")
 	return p
 }
 
@@ -79,9 +86,6 @@ func (p *pruneFlags) validate() error {
 	p.liveness = l
 	if p.node == "" && l.Pods() {
 		return errors.New("--node-name (or $NODE_NAME) is required")
-	}
-	if p.minAge < 0 {
-		return errors.New("--min-age must not be negative")
 	}
 	if p.cniDelTimeout <= 0 {
 		return errors.New("--cni-del-timeout must be positive")
@@ -135,19 +139,39 @@ func (p *pruneFlags) options(e *env) (prune.Options, error) {
 // config is the daemon configuration that the prune flags make.
 func (p *pruneFlags) config(opts prune.Options) daemon.Config {
 	return daemon.Config{
-		NodeName:    p.node,
-		Prune:       opts,
-		SyncTimeout: p.syncWait,
-		Liveness:    p.liveness,
-		StateDir:    p.stateDir,
-		RebootAware: p.rebootAware,
-		BootIDFile:  p.bootIDFile,
+		NodeName:            p.node,
+		Prune:               opts,
+		SyncTimeout:         p.syncWait,
+		Liveness:            p.liveness,
+		StateDir:            p.stateDir,
+		RebootAware:         p.rebootAware,
+		BootIDFile:          p.bootIDFile,
+		SelfPodUID:          p.podUID,
+		ExpectRuntime:       p.expectRT,
+		AllowShortIntervals: p.allowShort,
 	}
 }
 
+// flagError names the flag behind a configuration error of the daemon
+// package, so that the message speaks the command line's language.
+func flagError(err error) error {
+	var fe *daemon.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	flag := map[string]string{
+		"NodeName": "node-name", "Prune.MinAge": "min-age", "Schedule": "schedule", "Liveness": "liveness",
+		"RebootAware": "reboot-aware", "ExpectRuntime": "expect-runtime",
+	}[fe.Field]
+	if flag == "" {
+		return err
+	}
+	return fmt.Errorf("--%s: %w", flag, fe.Err)
+}
+
 // clients returns the options that give the daemon its clients: the CRI
-// client when the liveness uses the runtime, the metadata client (and its
-// REST config) when it uses the pods. Without pods (--liveness=cri) no
+// client when the liveness uses the runtime, the metadata and dynamic
+// clients (and their REST config) when it uses the pods. Without pods (--liveness=cri) no
 // kubeconfig is read and the API server is never contacted.
 func (p *pruneFlags) clients() ([]daemon.Option, *rest.Config, error) {
 	var opts []daemon.Option
@@ -169,7 +193,11 @@ func (p *pruneFlags) clients() ([]daemon.Option, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("metadata client: %w", err)
 	}
-	return append(opts, daemon.WithMetadataClient(client)), cfg, nil
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	return append(opts, daemon.WithMetadataClient(client), daemon.WithDynamicClient(dc)), cfg, nil
 }
 
 func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
@@ -187,6 +215,19 @@ func pruneCommand(fs *flag.FlagSet) func(context.Context, *env) int {
 		log := e.log
 		if p.node != "" {
 			log = log.With("node", p.node)
+		}
+		if err := p.config(prune.Options{MinAge: p.minAge}).Validate(); err != nil {
+			fmt.Fprintf(e.stderr, "sweepd prune: %v\n", flagError(err))
+			return exitUsage
+		}
+		// A missing cache directory is said at once, not after waiting for
+		// the API server.
+		if fi, err := os.Stat(p.dir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			log.Error("nothing deleted", "error", fmt.Errorf("--multus-dir %s: %w", p.dir, err))
+			return exitFail
 		}
 		popts, err := p.options(e)
 		if err != nil {

@@ -70,6 +70,16 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 		return err
 	}
 
+	// What the node's kubelet would do: register its Node with this
+	// machine's boot ID, which sweepd checks before it trusts the node's pods.
+	bootID, err := controlplane.MachineBootID()
+	if err != nil {
+		return err
+	}
+	if err := controlplane.RegisterNode(ctx, cs, node, bootID, controlplane.FakeRuntime); err != nil {
+		return err
+	}
+
 	step("creating %d pods on node %s and writing its multus cache", livePods, node)
 	dir := filepath.Join(work, "var/lib/cni/multus")
 	old := time.Now().Add(-2 * time.Hour)
@@ -107,7 +117,7 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort()))
 	step("running: %s daemon --node-name=%s --multus-dir=%s --schedule='@every 5s' --metrics-addr=%s", sweepd, node, dir, addr)
 	cmd := exec.Command(sweepd, "daemon", "--kubeconfig="+cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir,
-		"--schedule=@every 5s", "--min-age=1m", "--metrics-addr="+addr)
+		"--schedule=@every 5s", "--allow-short-intervals", "--min-age=1m", "--metrics-addr="+addr)
 	logs, err := cmd.StderrPipe()
 	if err != nil {
 		return err

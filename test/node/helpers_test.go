@@ -111,9 +111,9 @@ func sweepdImageOf(t *testing.T) controlplane.Image {
 
 // chartValues are the values every test installs with: the local image, a
 // multus cache and state directory of the node's own, a prune every two
-// seconds. minAge is short but not zero, as in a real install: files are
-// written with an older time. daemon is the last key, so that a test can
-// append more of its keys, indented.
+// seconds (allowShortIntervals, as tests may). minAge is the floor, as in a
+// real install: files are written with an older time. daemon is the last
+// key, so that a test can append more of its keys, indented.
 func chartValues(n *controlplane.Node) string {
 	return fmt.Sprintf(`
 image: {repository: sweep.local/sweepd, tag: test, pullPolicy: Never}
@@ -121,6 +121,7 @@ stateDir: %s
 daemon:
   multusDir: %s
   schedule: "@every 2s"
+  allowShortIntervals: true
   minAge: 1m
   logFormat: text
   logLevel: debug

@@ -136,3 +136,35 @@ labels:
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
+
+{{/*
+sweep.durationSeconds: a Go duration string ("1h30m", "90s") in seconds.
+*/}}
+{{- define "sweep.durationSeconds" -}}
+{{- $units := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" . -1 -}}
+{{- $total = addf $total (mulf (regexFind "^[0-9.]+" . | float64) (get $units (regexReplaceAll "^[0-9.]+" . ""))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/*
+sweep.checkIntervals refuses a minAge or an @every schedule under one minute,
+as sweepd does, unless daemon.allowShortIntervals: a minimum age under it no
+longer covers a slow CNI ADD, and "@every 0s" prunes every second.
+*/}}
+{{- define "sweep.checkIntervals" -}}
+{{- $d := .Values.daemon -}}
+{{- if not $d.allowShortIntervals -}}
+{{- if lt (include "sweep.durationSeconds" $d.minAge | float64) 60.0 -}}
+{{- fail (printf "daemon.minAge %s is under the floor of 1m: a CNI ADD may still be running on files that young (daemon.allowShortIntervals is for tests and demos)" $d.minAge) -}}
+{{- end -}}
+{{- if hasPrefix "@every" $d.schedule -}}
+{{- $every := trimPrefix "@every" $d.schedule | trim -}}
+{{- if or (hasPrefix "-" $every) (lt (include "sweep.durationSeconds" $every | float64) 60.0) -}}
+{{- fail (printf "daemon.schedule %q runs more often than once a minute (daemon.allowShortIntervals is for tests and demos)" $d.schedule) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,331 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sweep-k8s/sweep/cri"
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// A view that is not this node's condemns every live pod's files: a node
+// name that is not the node's lists zero pods, successfully, and a CRI
+// socket served by another runtime lists none of the kubelet's sandboxes.
+// These errors say that a view could not prove it is this node's; a cycle
+// that meets one deletes nothing.
+var (
+	// ErrNodeUnproven: the API server's view of the node's pods is not
+	// proven to be this machine's (no such Node, another boot ID, the
+	// daemon's own pod missing from the view).
+	ErrNodeUnproven = errors.New("the pods listed for this node name are not proven to be this machine's")
+	// ErrRuntimeUnproven: the container runtime is not proven to be the
+	// kubelet's.
+	ErrRuntimeUnproven = errors.New("the container runtime is not proven to be the kubelet's")
+)
+
+var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
+// nodeInfo is what a Node says of the machine behind it.
+type nodeInfo struct {
+	bootID  string // status.nodeInfo.bootID
+	runtime string // status.nodeInfo.containerRuntimeVersion, "containerd://1.7.2"
+}
+
+// identity proves that the liveness views are this node's, with witnesses
+// that cannot all be wrong together: the Node named exists and reports this
+// machine's boot ID; the daemon's own pod is in the view of the node's pods
+// and in the runtime's list of sandboxes; the runtime is the one the Node
+// (or the operator, --expect-runtime) names.
+type identity struct {
+	node       string
+	bootIDFile string
+	selfUID    string     // this daemon's pod UID (downward API); "" on a bare node
+	expect     string     // NAME[://VERSION] of the kubelet's runtime; "" if not given
+	nodes      nodeSource // nil without API server access
+
+	mu   sync.Mutex
+	last *nodeInfo // the Node as last proven; the runtime is checked against it
+}
+
+// checkNode proves that the Node named is this machine: it exists and its
+// kubelet reports this boot's ID. An error that wraps ErrNodeUnproven is a
+// mismatch; any other is a failure to ask.
+func (id *identity) checkNode(ctx context.Context) error {
+	local, err := prune.ReadBootID(id.bootIDFile)
+	if err != nil {
+		return fmt.Errorf("%w: node %q: this machine's boot ID: %w", ErrNodeUnproven, id.node, err)
+	}
+	info, err := id.nodes.node(ctx)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: the API server has no Node named %q; a name that is not the node's lists no pods, "+
+			"successfully (check --node-name or $NODE_NAME against kubectl get nodes)", ErrNodeUnproven, id.node)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%w: cannot read Node %q to check that it is this machine (grant get on nodes): %w",
+			ErrNodeUnproven, id.node, err)
+	case err != nil:
+		return fmt.Errorf("get node %q: %w", id.node, err)
+	}
+	if info.bootID != local {
+		id.setLast(nil)
+		return fmt.Errorf("%w: Node %q reports boot ID %q, this machine's is %q (%s): it is another machine's Node, "+
+			"or its kubelet has not reported this boot yet", ErrNodeUnproven, id.node, info.bootID, local, id.bootIDFile)
+	}
+	id.setLast(&info)
+	return nil
+}
+
+func (id *identity) setLast(n *nodeInfo) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.last = n
+}
+
+func (id *identity) lastNode() *nodeInfo {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.last
+}
+
+// nodeSource reads the daemon's Node; a missing Node is a NotFound error.
+type nodeSource interface {
+	node(ctx context.Context) (nodeInfo, error)
+}
+
+// infoOf reads what identifies the machine from a Node.
+func infoOf(obj *unstructured.Unstructured) nodeInfo {
+	var n nodeInfo
+	n.bootID, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "bootID")
+	n.runtime, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "containerRuntimeVersion")
+	return n
+}
+
+// nodeGetter reads the Node with one GET: the one-shot prune's source.
+type nodeGetter struct {
+	nodes dynamic.ResourceInterface
+	name  string
+}
+
+func (g nodeGetter) node(ctx context.Context) (nodeInfo, error) {
+	obj, err := g.nodes.Get(ctx, g.name, metav1.GetOptions{})
+	if err != nil {
+		return nodeInfo{}, err
+	}
+	return infoOf(obj), nil
+}
+
+// nodeWatcher follows the Node with a watch, so that the daemon's prune
+// cycles and proofs read a store and make no API request. The store keeps
+// only what identifies the machine: a Node's status lists every image on
+// it.
+type nodeWatcher struct {
+	name       string
+	store      cache.Store
+	controller cache.Controller
+}
+
+func newNodeWatcher(client dynamic.Interface, name string) *nodeWatcher {
+	nodes := client.Resource(nodesResource)
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return nodes.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return nodes.Watch(ctx, opts)
+		},
+	}
+	w := &nodeWatcher{name: name}
+	w.store, w.controller = cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &unstructured.Unstructured{},
+		Handler:       cache.ResourceEventHandlerFuncs{},
+		Transform: func(obj any) (any, error) {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return obj, nil // a tombstone
+			}
+			n := infoOf(u)
+			slim := &unstructured.Unstructured{}
+			slim.SetAPIVersion(u.GetAPIVersion())
+			slim.SetKind(u.GetKind())
+			slim.SetName(u.GetName())
+			slim.SetResourceVersion(u.GetResourceVersion())
+			_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
+			_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
+			return slim, nil
+		},
+	})
+	return w
+}
+
+func (w *nodeWatcher) run(ctx context.Context) { w.controller.RunWithContext(ctx) }
+
+func (w *nodeWatcher) node(context.Context) (nodeInfo, error) {
+	if !w.controller.HasSynced() {
+		return nodeInfo{}, errors.New("the Node has not been listed yet")
+	}
+	obj, ok, err := w.store.GetByKey(w.name)
+	switch {
+	case err != nil:
+		return nodeInfo{}, err
+	case !ok:
+		return nodeInfo{}, apierrors.NewNotFound(nodesResource.GroupResource(), w.name)
+	}
+	return infoOf(obj.(*unstructured.Unstructured)), nil
+}
+
+// checkPods proves that a view of the pods holds the daemon's own pod.
+func (id *identity) checkPods(idx prune.PodIndex) error {
+	if id.selfUID != "" && !idx.HasUID(id.selfUID) {
+		return fmt.Errorf("%w: this daemon's own pod (UID %s) is not among the pods of node %q", ErrNodeUnproven, id.selfUID, id.node)
+	}
+	return nil
+}
+
+// checkRuntime proves that the runtime that listed s, which calls itself
+// name and version, is the kubelet's: every witness configured must agree.
+func (id *identity) checkRuntime(name, version string, s *cri.Sandboxes, endpoint string) error {
+	got := name + "://" + version
+	if id.selfUID != "" && !s.HasPod(id.selfUID) {
+		return fmt.Errorf("%w: %s (%s) lists no sandbox of this daemon's own pod (UID %s): it is not the runtime that runs this node's pods",
+			ErrRuntimeUnproven, endpoint, got, id.selfUID)
+	}
+	if id.expect != "" && !runtimeMatches(id.expect, name, version) {
+		return fmt.Errorf("%w: %s is %s, not %s (--expect-runtime)", ErrRuntimeUnproven, endpoint, got, id.expect)
+	}
+	if id.nodes != nil {
+		n := id.lastNode()
+		switch {
+		case n == nil:
+			return fmt.Errorf("%w: Node %q not proven to be this machine, so its runtime is unknown", ErrRuntimeUnproven, id.node)
+		case !runtimeMatches(n.runtime, name, version):
+			return fmt.Errorf("%w: %s is %s, but the kubelet of Node %q reports %q", ErrRuntimeUnproven, endpoint, got, id.node, n.runtime)
+		}
+	}
+	if id.selfUID == "" && id.expect == "" && id.nodes == nil {
+		return fmt.Errorf("%w: nothing to prove it with (give --pod-uid or --expect-runtime)", ErrRuntimeUnproven)
+	}
+	return nil
+}
+
+// runtimeMatches reports whether a runtime that calls itself name and
+// version is the one want names, in the form of a Node's
+// containerRuntimeVersion: "containerd://1.7.2", or "containerd" for any
+// version. The kubelet writes the version as it parsed it: without a
+// leading "v", and a version that is not semantic (Debian's "1.6.20~ds1")
+// cut to its numbers, so a version matches when it starts with want's,
+// up to a boundary.
+func runtimeMatches(want, name, version string) bool {
+	wantName, wantVersion, withVersion := strings.Cut(want, "://")
+	if wantName != name {
+		return false
+	}
+	if !withVersion {
+		return true
+	}
+	wantVersion, version = strings.TrimPrefix(wantVersion, "v"), strings.TrimPrefix(version, "v")
+	rest, ok := strings.CutPrefix(version, wantVersion)
+	if !ok || wantVersion == "" {
+		return false
+	}
+	if rest == "" {
+		return true
+	}
+	// "1.6.2" is not "1.6.20", nor "1.6" "1.6.20".
+	c := rest[0]
+	return c != '.' && (c < '0' || c > '9')
+}
+
+// ParseExpectRuntime checks an --expect-runtime value: NAME or
+// NAME://VERSION, as a Node's containerRuntimeVersion reads.
+func ParseExpectRuntime(s string) error {
+	name, version, withVersion := strings.Cut(s, "://")
+	if name == "" || strings.ContainsAny(name, " /:") || (withVersion && (version == "" || strings.ContainsAny(version, " /"))) {
+		return fmt.Errorf("invalid runtime %q: want NAME or NAME://VERSION, as the CONTAINER-RUNTIME column of kubectl get nodes -o wide", s)
+	}
+	return nil
+}
+
+// provenPods hands a view of the node's pods to the prune only once the
+// identity proved it is this machine's. The Node is checked after the view
+// is taken, so that the proof is never older than the view.
+type provenPods struct {
+	src prune.PodSource
+	id  *identity
+}
+
+// Pods implements prune.PodSource.
+func (p provenPods) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
+	idx, live, err := p.src.Pods(ctx)
+	if err != nil {
+		return nil, live, err
+	}
+	if err := p.id.checkNode(ctx); err != nil {
+		return nil, live, err
+	}
+	if err := p.id.checkPods(idx); err != nil {
+		return nil, live, err
+	}
+	if live && p.id.selfUID != "" {
+		// A live view can lose its own pod mid-run (a watch of another
+		// cluster's node after a kubeconfig swap, a relist that came back
+		// empty): the executor checks Synced before every removal.
+		idx = selfWitnessed{PodIndex: idx, uid: p.id.selfUID}
+	}
+	return idx, live, nil
+}
+
+// selfWitnessed is a live pod view that counts as synced only while it
+// holds the daemon's own pod.
+type selfWitnessed struct {
+	prune.PodIndex
+	uid string
+}
+
+// Synced implements prune.PodIndex.
+func (s selfWitnessed) Synced() bool { return s.PodIndex.Synced() && s.PodIndex.HasUID(s.uid) }
+
+// SeenMirror implements prune.MirrorHistory when the view does.
+func (s selfWitnessed) SeenMirror(uid string) bool {
+	h, ok := s.PodIndex.(prune.MirrorHistory)
+	return ok && h.SeenMirror(uid)
+}
+
+// provenRuntime is the container runtime's list of sandboxes, handed to the
+// prune only once the identity proved the runtime is the kubelet's.
+type provenRuntime struct {
+	c  *cri.Client
+	id *identity
+}
+
+// Sandboxes implements prune.SandboxSource.
+func (r provenRuntime) Sandboxes(ctx context.Context) (prune.SandboxIndex, error) {
+	name, version, err := r.c.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := r.c.Sandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.id.checkRuntime(name, version, l, r.c.Endpoint()); err != nil {
+		return nil, err
+	}
+	return l, nil
+}

@@ -1,0 +1,278 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/internal/fakecri"
+	"github.com/sweep-k8s/sweep/internal/multuscache"
+)
+
+// TestNodeViewMustBeThisMachine: a field-selected list for a node name that
+// is not the node's is empty, and succeeds: a complete, fresh view in which
+// every pod is gone. sweepd must delete nothing by it. The Node named must
+// exist and report this machine's boot ID, and the daemon's own pod (when
+// --pod-uid is given) must be in the view; the daemon keeps checking.
+func TestNodeViewMustBeThisMachine(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	liveFiles := sandboxFiles(t, dir, multuscache.NewSandboxID(), live, old)
+	// node-b is registered by another machine: it reports another boot ID.
+	setNodeBootID(t, cs, "node-b", "0b0b0b0b-0000-4000-8000-000000000000")
+	predateViews()
+
+	for _, tc := range []struct {
+		name, node, pod, want string
+	}{
+		{"a name the API server does not know (FQDN)", "node-a.ec2.internal", "", `no Node named "node-a.ec2.internal"`},
+		{"a name in another case", "NODE-A", "", `no Node named "NODE-A"`},
+		{"another machine's Node", "node-b", "", `Node "node-b" reports boot ID "0b0b0b0b-0000-4000-8000-000000000000", this machine's is`},
+		{"the daemon's own pod missing from the view", "node-a", multuscache.NewUID(), "this daemon's own pod"},
+	} {
+		t.Run("sweepd prune: "+tc.name, func(t *testing.T) {
+			_, stderr, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name="+tc.node, "--pod-uid="+tc.pod, "--multus-dir="+dir)
+			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 1 and an error naming %q", code, tc.want)
+			}
+			checkFiles(t, tc.name, liveFiles, true)
+		})
+	}
+
+	t.Run("sweepd prune: the node and the own pod proven", func(t *testing.T) {
+		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+		predateViews()
+		sum, _, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--pod-uid="+live.UID, "--multus-dir="+dir)
+		if code != 0 || sum.RemovedBy["pod-gone"] != 2 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "live pod", liveFiles, true)
+		checkFiles(t, "deleted pod", gone, false)
+	})
+
+	t.Run("sweepd daemon with a wrong node name: not ready, nothing deleted", func(t *testing.T) {
+		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a.ec2.internal", "--multus-dir="+dir, "--schedule=@every 1s")
+		series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
+		eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
+		if code, body := d.get("/readyz"); code != 503 || !strings.Contains(body, "not proven") {
+			t.Errorf("/readyz: %d %q, want 503", code, body)
+		}
+		if got := d.metric(t, "sweep_views_proven"); got != 0 {
+			t.Errorf("sweep_views_proven = %v, want 0", got)
+		}
+		checkFiles(t, "live pod", liveFiles, true)
+		checkFiles(t, "deleted pod", gone, true)
+	})
+
+	t.Run("sweepd daemon keeps checking: another boot ID, a deleted Node", func(t *testing.T) {
+		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--pod-uid="+live.UID, "--multus-dir="+dir, "--schedule=@every 1s")
+		eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		d.waitMetric(t, "sweep_views_proven", 1)
+		bootID, err := controlplane.MachineBootID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, change := range []struct {
+			name          string
+			break_, mend_ func()
+		}{
+			{"the Node reports another boot ID",
+				func() { setNodeBootID(t, cs, "node-a", "0a0a0a0a-0000-4000-8000-000000000000") },
+				func() { setNodeBootID(t, cs, "node-a", bootID) }},
+			{"the Node is deleted",
+				func() {
+					if err := cs.CoreV1().Nodes().Delete(t.Context(), "node-a", metav1.DeleteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				func() { setNodeBootID(t, cs, "node-a", bootID) }},
+		} {
+			t.Run(change.name, func(t *testing.T) {
+				series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
+				skipped := d.metric(t, series)
+				change.break_()
+				eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
+				if code, _ := d.get("/readyz"); code != 503 {
+					t.Errorf("/readyz %d, want 503", code)
+				}
+				gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+				runs := d.metric(t, "sweep_prune_runs_total")
+				skipped = d.metric(t, series)
+				eventually(t, 30*time.Second, "another skipped run", func() bool { return d.metric(t, series) >= skipped+1 })
+				checkFiles(t, "deleted pod, while unproven", gone, true)
+				if got := d.metric(t, "sweep_prune_runs_total"); got != runs {
+					t.Errorf("%v runs while unproven", got-runs)
+				}
+				change.mend_()
+				eventually(t, 30*time.Second, "pruning resumed", func() bool { return !exists(gone[0]) })
+				eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+				checkFiles(t, "live pod", liveFiles, true)
+			})
+		}
+	})
+
+	// A deleted ordinary pod whose name ends in -<node> (OpenShift's
+	// installer-<rev>-<node>) is no static pod: its UID is a UUID and no
+	// mirror pod named it. Its files are kept only within the grace.
+	t.Run("a static-looking name is no evidence past the grace", func(t *testing.T) {
+		installer := multuscache.Pod{Namespace: "openshift-etcd", Name: "installer-3-node-a", UID: multuscache.NewUID()}
+		past := sandboxFiles(t, dir, multuscache.NewSandboxID(), installer, time.Now().Add(-3*time.Hour))
+		recent := sandboxFiles(t, dir, multuscache.NewSandboxID(), installer, time.Now().Add(-30*time.Minute))
+		predateViews()
+		sum, _, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir)
+		if code != 0 || sum.Kept["static-pod"] != 2 {
+			t.Fatalf("exit %d, summary %+v", code, sum)
+		}
+		checkFiles(t, "installer pod, 3h old", past, false)
+		checkFiles(t, "installer pod, 30m old", recent, true)
+	})
+}
+
+// TestRuntimeMustBeKubelets: --liveness=cri trusts a runtime only once it
+// has proven it is the kubelet's; one that lists none of the kubelet's
+// sandboxes would otherwise make every file sandbox-gone.
+func TestRuntimeMustBeKubelets(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.NewUID()}
+	self := multuscache.NewUID()
+	// The kubelet's runtime runs the pod (and the daemon, in the chart);
+	// another runtime on the default socket runs nothing of it.
+	kubelets, other := fakecri.Start(t), fakecri.Start(t)
+	podSandbox, selfSandbox := multuscache.NewSandboxID(), multuscache.NewSandboxID()
+	kubelets.AddPod(podSandbox, pod.UID)
+	kubelets.AddPod(selfSandbox, self)
+	kubelets.SetVersion("containerd", "v2.4.2")
+	other.SetVersion("docker", "28.1.1")
+	files := sandboxFiles(t, dir, podSandbox, pod, old)
+	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME=", "POD_UID="}
+	base := []string{"--liveness=cri", "--multus-dir=" + dir, "--cri-timeout=2s"}
+	predateViews()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no proof at all", []string{"--cri-endpoint=" + other.Endpoint}, 2, "cri liveness alone needs a proof"},
+		{"own pod not in the list", []string{"--cri-endpoint=" + other.Endpoint, "--pod-uid=" + self}, 1, "lists no sandbox of this daemon's own pod"},
+		{"another runtime than expected", []string{"--cri-endpoint=" + other.Endpoint, "--expect-runtime=containerd"}, 1, "is docker://28.1.1, not containerd"},
+		{"another version than expected", []string{"--cri-endpoint=" + kubelets.Endpoint, "--expect-runtime=containerd://2.4.1"}, 1, "not containerd://2.4.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runPrune(t, env, append(base, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want %d and %q", code, tc.code, tc.want)
+			}
+			checkFiles(t, tc.name, files, true)
+		})
+	}
+
+	for _, proof := range [][]string{{"--pod-uid=" + self}, {"--expect-runtime=containerd://2.4.2"}, {"--expect-runtime=containerd"}} {
+		t.Run("proven by "+proof[0], func(t *testing.T) {
+			gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
+			predateViews()
+			sum, _, code := runPrune(t, env, append(append(base, "--cri-endpoint="+kubelets.Endpoint), proof...)...)
+			if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 2 {
+				t.Fatalf("exit %d, summary %+v", code, sum)
+			}
+			checkFiles(t, "the runtime's sandbox", files, true)
+			checkFiles(t, "a sandbox it does not know", gone, false)
+		})
+	}
+
+	t.Run("daemon: not ready, nothing deleted, says why", func(t *testing.T) {
+		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
+		d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--cri-endpoint="+other.Endpoint, "--pod-uid="+self,
+			"--cri-timeout=2s", "--multus-dir="+dir, "--schedule=@every 1s")
+		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
+		eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
+		if code, _ := d.get("/readyz"); code != 503 {
+			t.Errorf("/readyz %d, want 503", code)
+		}
+		checkFiles(t, "the runtime's sandbox", files, true)
+		checkFiles(t, "a sandbox it does not know", gone, true)
+	})
+}
+
+// TestRuntimeMustBeTheNodes: with --liveness=both the runtime must be the one
+// the kubelet reports in its Node's status.
+func TestRuntimeMustBeTheNodes(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+	ensureNode(t, cs, "node-a") // reports fakecri://0.0.0
+	predateViews()
+	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--cri-timeout=2s"}
+
+	rt.SetVersion("containerd", "1.7.2")
+	_, stderr, code := runPrune(t, nil, base...)
+	if code != 1 || !strings.Contains(stderr, `is containerd://1.7.2, but the kubelet of Node "node-a" reports "fakecri://0.0.0"`) {
+		t.Fatalf("exit %d, want 1 and the runtimes named", code)
+	}
+	checkFiles(t, "another runtime", gone, true)
+
+	rt.SetVersion("fakecri", "v0.0.0") // the kubelet drops the v
+	sum, _, code := runPrune(t, nil, base...)
+	if code != 0 || sum.RemovedBy["pod-gone"] != 2 {
+		t.Fatalf("exit %d, summary %+v", code, sum)
+	}
+	checkFiles(t, "the kubelet's runtime", gone, false)
+}
+
+// TestEarlierBootNeedsAge: a boot ID can change without a reboot (a
+// VM-isolated runtime, another --boot-id-file) while an ADD is running, and
+// the runtime lists a sandbox only once its ADD is done. A young file of a
+// sandbox recorded under an earlier boot is kept like any young file.
+func TestEarlierBootNeedsAge(t *testing.T) {
+	rt := fakecri.Start(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	state := filepath.Join(t.TempDir(), "state")
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.NewUID()}
+	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME=", "POD_UID="}
+	base := []string{"--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir,
+		"--cri-timeout=2s", "--state-dir=" + state, "--boot-id-file=" + bootFile}
+
+	// Boot A: the runtime lists the sandbox, and a run records it.
+	writeBootID(t, bootFile, "3c1d2e4f-aaaa-4000-8000-00000000000a")
+	id := multuscache.NewSandboxID()
+	files := sandboxFiles(t, dir, id, pod, time.Now().Add(-time.Hour))
+	rt.SetSandboxes(id)
+	predateViews()
+	if sum, _, code := runPrune(t, env, base...); code != 0 || sum.Kept["sandbox-live"] != 2 {
+		t.Fatalf("boot A: exit %d, summary %+v", code, sum)
+	}
+
+	// The boot ID changes and the runtime no longer lists the sandbox,
+	// while the files were written a second ago.
+	writeBootID(t, bootFile, "3c1d2e4f-bbbb-4000-8000-00000000000b")
+	rt.SetSandboxes()
+	for _, p := range files {
+		now := time.Now().Add(-time.Second)
+		if err := os.Chtimes(p, now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	predateViews()
+	sum, _, code := runPrune(t, env, base...)
+	if code != 0 || sum.Kept["too-young"] != 2 || sum.RemovedBy["earlier-boot"] != 0 {
+		t.Fatalf("young earlier-boot files: exit %d, summary %+v", code, sum)
+	}
+	checkFiles(t, "young earlier-boot files", files, true)
+}
