@@ -41,7 +41,7 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 	} {
 		t.Run("sweepd prune: "+tc.name, func(t *testing.T) {
 			_, stderr, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name="+tc.node, "--pod-uid="+tc.pod, "--multus-dir="+dir)
-			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, tc.want) {
+			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, logQuoted(tc.want)) {
 				t.Fatalf("exit %d, want 1 and an error naming %q", code, tc.want)
 			}
 			checkFiles(t, tc.name, liveFiles, true)
@@ -138,6 +138,9 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 	})
 }
 
+// logQuoted is s as the text log quotes it inside a value.
+func logQuoted(s string) string { return strings.ReplaceAll(s, `"`, `\"`) }
+
 // TestRuntimeMustBeKubelets: --liveness=cri trusts a runtime only once it
 // has proven it is the kubelet's; one that lists none of the kubelet's
 // sandboxes would otherwise make every file sandbox-gone.
@@ -222,7 +225,7 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 
 	rt.SetVersion("containerd", "1.7.2")
 	_, stderr, code := runPrune(t, nil, base...)
-	if code != 1 || !strings.Contains(stderr, `is containerd://1.7.2, but the kubelet of Node "node-a" reports "fakecri://0.0.0"`) {
+	if code != 1 || !strings.Contains(stderr, logQuoted(`is containerd://1.7.2, but the kubelet of Node "node-a" reports "fakecri://0.0.0"`)) {
 		t.Fatalf("exit %d, want 1 and the runtimes named", code)
 	}
 	checkFiles(t, "another runtime", gone, true)
