@@ -272,7 +272,7 @@ func PruneOnce(ctx context.Context, cfg Config, opts ...Option) (*prune.Summary,
 // ctx ends.
 func (d *Daemon) watchClock(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() {
-		err := d.clock.Watch(ctx, func() {
+		err := d.clock.Watch(ctx, func(prune.ClockStep) {
 			d.metrics.clockSteps.Inc()
 			d.log.Warn("the wall clock was set: file ages are not trusted until the minimum age has passed",
 				"min_age", d.cfg.Prune.MinAge)
