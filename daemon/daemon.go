@@ -346,19 +346,40 @@ func PruneOnce(ctx context.Context, cfg Config, opts ...Option) (*prune.Summary,
 	return sum, err
 }
 
-// watchClock notes steps of the wall clock for the prune's age guard until
-// ctx ends.
+// watchClock measures steps of the wall clock for the prune's age guard
+// until ctx ends.
 func (d *Daemon) watchClock(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() {
-		err := d.clock.Watch(ctx, func() {
-			d.metrics.clockSteps.Inc()
-			d.log.Warn("the wall clock was set: file ages are not trusted until the minimum age has passed",
-				"min_age", d.cfg.Prune.MinAge)
-		})
-		if err != nil {
+		if err := d.clock.Watch(ctx, d.clockStepped); err != nil {
 			d.log.Warn("cannot watch for steps of the wall clock; ages are guarded by the uptime alone", "error", err)
 		}
 	})
+}
+
+// clockStepped reports a step of the wall clock. Only a forward one holds
+// files back, so only it is a warning: a node whose time sync sets the clock
+// every minute logs no warning for sets that hold nothing back.
+func (d *Daemon) clockStepped(s prune.ClockStep) {
+	d.metrics.clockSteps.Inc()
+	minAge := d.cfg.Prune.MinAge
+	switch {
+	case s.Err != nil:
+		d.log.Warn("the wall clock was set, but its step cannot be measured; until it is, no file is old",
+			"min_age", minAge, "error", s.Err)
+	case s.Size > 0:
+		d.metrics.clockFwd.Add(s.Size.Seconds())
+		st := d.clock.State(minAge)
+		d.log.Warn("the wall clock was set forward: files older than the minimum age by less than forward_steps are kept (clock-unsettled) until ages_trusted_from",
+			"step", s.Size, "direction", "forward", "forward_steps", st.Forward, "min_age", minAge,
+			"ages_trusted_from", st.TrustedFrom)
+	default:
+		direction := "backward"
+		if s.Size == 0 {
+			direction = "none"
+		}
+		d.log.Info("the wall clock was set, not forward: this step holds no file back",
+			"step", s.Size, "direction", direction, "min_age", minAge)
+	}
 }
 
 // Run runs the informer, the schedule and the HTTP server until ctx is

@@ -75,6 +75,7 @@ type metrics struct {
 	pods        prometheus.GaugeFunc
 	viewFresh   prometheus.GaugeFunc
 	clockSteps  prometheus.Counter
+	clockFwd    prometheus.Counter
 	proven      prometheus.Gauge
 }
 
@@ -113,7 +114,11 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		}),
 		clockSteps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_clock_steps_total",
-			Help: "Steps of the wall clock seen by the daemon; file ages are not trusted for the minimum age after each (kept as clock-unsettled).",
+			Help: "Sets of the wall clock seen by the daemon, of any size and direction; only forward ones hold files back (sweep_clock_forward_steps_seconds_total).",
+		}),
+		clockFwd: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_clock_forward_steps_seconds_total",
+			Help: "Sum of the forward steps of the wall clock seen by the daemon. For the minimum age after each, files older than the minimum age by less than the forward steps of that time are kept (clock-unsettled).",
 		}),
 		proven: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_views_proven",
@@ -225,7 +230,8 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.proven, m.runs, m.failures, m.fileErrors, m.skipped,
+		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.runs, m.failures, m.fileErrors,
+		m.skipped,
 		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles,
 		buildInfo, configInfo, newInodeCollector(cacheDir),
 		collectors.NewGoCollector(),

@@ -1,66 +1,301 @@
 package prune
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// TestClockGuardSeesClockSet sets the wall clock to the time it reads (a
-// step of a few microseconds, harmless to anything else on the machine) and
-// waits for the guard to see it: the kernel reports any set of the clock,
-// whatever its size, and the guard then distrusts ages for a minimum age.
-func TestClockGuardSeesClockSet(t *testing.T) {
-	g := NewClockGuard()
-	settled := g.Settled()
-	if up, _ := bootTime(); settled > up || settled <= 0 {
-		t.Fatalf("settled %s before any step, want the uptime %s", settled, up)
+// fakeClocks are a node's clocks under a test's control: time runs on both,
+// a set moves the wall clock alone and is reported to the guard's watch,
+// which has measured it when set returns. The host's clocks are never
+// touched (test/hostclock has the real timerfd).
+type fakeClocks struct {
+	mu       sync.Mutex
+	wallNow  time.Time
+	bootNow  time.Duration
+	bootErr  error
+	sets     chan struct{}
+	measured chan struct{}
+}
+
+func newFakeClocks(uptime time.Duration) *fakeClocks {
+	return &fakeClocks{
+		wallNow: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), bootNow: uptime,
+		sets: make(chan struct{}), measured: make(chan struct{}),
 	}
-	stepped := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	go func() { done <- g.Watch(t.Context(), func() { stepped <- struct{}{} }) }()
-	deadline := time.After(30 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+}
+
+func (c *fakeClocks) wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wallNow
+}
+
+func (c *fakeClocks) boot() (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bootNow, c.bootErr
+}
+
+// watch is the guard's SetWatcher.
+func (c *fakeClocks) watch(ctx context.Context, check func(set bool)) error {
+	check(false)
+	c.measured <- struct{}{}
 	for {
-		// Set again until seen: the watch may not be armed yet.
-		var ts unix.Timespec
-		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &ts); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
-			t.Fatalf("clock_settime (the tests run as root with CAP_SYS_TIME): %v", err)
-		}
 		select {
-		case <-stepped:
-			if g.Steps() < 1 || g.Settled() > time.Minute {
-				t.Fatalf("steps %d, settled %s after a step", g.Steps(), g.Settled())
-			}
-			return
-		case err := <-done:
-			t.Fatalf("watch ended: %v", err)
-		case <-deadline:
-			t.Fatal("no step seen within 30s")
-		case <-tick.C:
+		case <-ctx.Done():
+			return nil
+		case <-c.sets:
+			check(true)
+			c.measured <- struct{}{}
 		}
 	}
 }
 
-// TestClockGuardUptime: in the first minimum age after boot nothing written
-// since the boot can be old, so the guard is never settled longer than the
-// node has been up, and an unreadable uptime settles nothing.
-func TestClockGuardUptime(t *testing.T) {
-	g := &ClockGuard{uptime: func() (time.Duration, error) { return 3 * time.Minute, nil }}
-	if got := g.Settled(); got != 3*time.Minute {
-		t.Fatalf("settled %s, want the uptime", got)
+// run lets d pass on both clocks.
+func (c *fakeClocks) run(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wallNow = c.wallNow.Add(d)
+	c.bootNow += d
+}
+
+// set steps the wall clock by d and waits until the guard measured it.
+func (c *fakeClocks) set(d time.Duration) {
+	c.setUnreported(d)
+	c.report()
+}
+
+// setUnreported steps the wall clock by d; the kernel's report of it is
+// still on its way to the guard.
+func (c *fakeClocks) setUnreported(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wallNow = c.wallNow.Add(d)
+}
+
+// report delivers the report of a set, and waits until the guard measured
+// it.
+func (c *fakeClocks) report() {
+	c.sets <- struct{}{}
+	<-c.measured
+}
+
+// guard returns a guard on c, watching until the test ends, and the steps
+// it reported.
+func (c *fakeClocks) guard(t *testing.T) (*ClockGuard, func() []ClockStep) {
+	t.Helper()
+	g := NewClockGuard(WithWallClock(c.wall), WithBootClock(c.boot), WithSetWatcher(c.watch))
+	var mu sync.Mutex
+	var steps []ClockStep
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Watch(ctx, func(s ClockStep) {
+			mu.Lock()
+			defer mu.Unlock()
+			steps = append(steps, s)
+		})
+	}()
+	<-c.measured
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch: %v", err)
+		}
+	})
+	return g, func() []ClockStep {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]ClockStep(nil), steps...)
 	}
-	g.noteStep()
-	if got := g.Settled(); got > time.Second {
-		t.Fatalf("settled %s right after a step", got)
+}
+
+// clockOp is a test's move of the fake clocks: time runs, or the wall
+// clock is set by step.
+type clockOp struct{ run, step time.Duration }
+
+func runFor(d time.Duration) clockOp { return clockOp{run: d} }
+func stepBy(d time.Duration) clockOp { return clockOp{step: d} }
+
+// TestClockGuardSteps drives the guard with a fake clock through steps of
+// every size and direction, and asks the planner about a file whose age by
+// the wall clock is age at the end: only forward steps within the last
+// minimum age hold back, and only by their sum. Before issue 25 every set,
+// of 0 ns or backward, held back every file for a minimum age.
+func TestClockGuardSteps(t *testing.T) {
+	const minAge = 15 * time.Minute
+	const day = 24 * time.Hour
+	for _, tc := range []struct {
+		name        string
+		uptime      time.Duration // at the start of the watch
+		ops         []clockOp
+		age         time.Duration // of the file by the wall clock, at the end
+		want        Reason        // "" when it can go
+		wantForward time.Duration
+		wantTrusted time.Duration // TrustedFrom after the end; 0 for none
+	}{
+		{name: "no step", uptime: day, age: minAge + time.Second},
+		{name: "set to the time it read (0 ns)", uptime: day, ops: []clockOp{runFor(time.Minute), stepBy(0)},
+			age: minAge + 2*time.Second},
+		{name: "1s forward, older file", uptime: day, ops: []clockOp{stepBy(time.Second)},
+			age: minAge + 2*time.Second, wantForward: time.Second, wantTrusted: minAge},
+		{name: "1s forward, file within it of min-age", uptime: day, ops: []clockOp{stepBy(time.Second)},
+			age: minAge + 500*time.Millisecond, want: ReasonClockUnsettled, wantForward: time.Second, wantTrusted: minAge},
+		{name: "1h forward, file written shortly before it", uptime: day, ops: []clockOp{runFor(time.Minute), stepBy(time.Hour), runFor(5 * time.Minute)},
+			age: time.Hour + 6*time.Minute, want: ReasonClockUnsettled, wantForward: time.Hour, wantTrusted: 10 * time.Minute},
+		{name: "1h forward, file of min-age+30m", uptime: day, ops: []clockOp{stepBy(time.Hour), runFor(5 * time.Minute)},
+			age: minAge + 30*time.Minute, want: ReasonClockUnsettled, wantForward: time.Hour, wantTrusted: 10 * time.Minute},
+		{name: "1h forward, file older than min-age+1h", uptime: day, ops: []clockOp{stepBy(time.Hour), runFor(5 * time.Minute)},
+			age: minAge + time.Hour + time.Second, wantForward: time.Hour, wantTrusted: 10 * time.Minute},
+		{name: "1h forward, a min-age later", uptime: day, ops: []clockOp{stepBy(time.Hour), runFor(minAge)},
+			age: minAge + 30*time.Minute},
+		{name: "two forward steps add up", uptime: day, ops: []clockOp{stepBy(10 * time.Minute), runFor(time.Minute), stepBy(10 * time.Minute), runFor(time.Minute)},
+			age: minAge + 19*time.Minute, want: ReasonClockUnsettled, wantForward: 20 * time.Minute, wantTrusted: 14 * time.Minute},
+		{name: "two forward steps, file older than both", uptime: day, ops: []clockOp{stepBy(10 * time.Minute), runFor(time.Minute), stepBy(10 * time.Minute), runFor(time.Minute)},
+			age: minAge + 20*time.Minute + time.Second, wantForward: 20 * time.Minute, wantTrusted: 14 * time.Minute},
+		{name: "the older of two steps left the window", uptime: day, ops: []clockOp{stepBy(10 * time.Minute), runFor(10 * time.Minute), stepBy(time.Second), runFor(6 * time.Minute)},
+			age: minAge + 2*time.Second, wantForward: time.Second, wantTrusted: 9 * time.Minute},
+		{name: "backward step", uptime: day, ops: []clockOp{stepBy(-time.Hour)},
+			age: minAge + time.Second},
+		{name: "backward step, young file", uptime: day, ops: []clockOp{stepBy(-time.Hour)},
+			age: minAge - time.Second, want: ReasonTooYoung},
+		{name: "back, then forward again: the forward step counts", uptime: day, ops: []clockOp{stepBy(-time.Hour), runFor(time.Minute), stepBy(time.Hour)},
+			age: minAge + 30*time.Minute, want: ReasonClockUnsettled, wantForward: time.Hour, wantTrusted: minAge},
+		{name: "steps every minute, none of them forward", uptime: day,
+			ops: []clockOp{stepBy(0), runFor(time.Minute), stepBy(-time.Millisecond), runFor(time.Minute), stepBy(0), runFor(time.Minute)},
+			age: minAge + time.Second},
+		{name: "booted within min-age", uptime: 10 * time.Minute,
+			age: 30 * day, want: ReasonClockUnsettled, wantTrusted: 5 * time.Minute},
+		{name: "booted within min-age, then a step back", uptime: 10 * time.Minute, ops: []clockOp{stepBy(-time.Second), runFor(time.Minute)},
+			age: 30 * day, want: ReasonClockUnsettled, wantTrusted: 4 * time.Minute},
+		{name: "up for exactly min-age", uptime: minAge, age: minAge + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeClocks(tc.uptime)
+			g, steps := c.guard(t)
+			var wantSteps []time.Duration
+			for _, op := range tc.ops {
+				if op.run != 0 {
+					c.run(op.run)
+					continue
+				}
+				c.set(op.step)
+				wantSteps = append(wantSteps, op.step)
+			}
+			got := steps()
+			if len(got) != len(wantSteps) || g.Steps() != len(wantSteps) {
+				t.Fatalf("steps reported %+v (counted %d), want sizes %v", got, g.Steps(), wantSteps)
+			}
+			for i, s := range got {
+				if s.Size != wantSteps[i] || s.Err != nil {
+					t.Errorf("step %d: %+v, want size %s", i, s, wantSteps[i])
+				}
+			}
+			st := g.State(minAge)
+			up, _ := c.boot()
+			if st.Uptime != up || st.Forward != tc.wantForward {
+				t.Errorf("state %+v, want uptime %s, forward %s", st, up, tc.wantForward)
+			}
+			var wantTrusted time.Time
+			if tc.wantTrusted != 0 {
+				wantTrusted = c.wall().Add(tc.wantTrusted)
+			}
+			if !st.TrustedFrom.Equal(wantTrusted) {
+				t.Errorf("trusted from %s, want %s", st.TrustedFrom, wantTrusted)
+			}
+			now := c.wall()
+			p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
+			if r := p.young(Entry{ModTime: now.Add(-tc.age), ChangeTime: now.Add(-tc.age)}); r != tc.want {
+				t.Errorf("file of age %s: %q, want %q", tc.age, r, tc.want)
+			}
+		})
 	}
-	g = &ClockGuard{uptime: func() (time.Duration, error) { return 0, unix.EINVAL }}
-	if got := g.Settled(); got != 0 {
-		t.Fatalf("settled %s without an uptime, want 0", got)
+}
+
+// TestClockGuardBootClock: without the boot clock nothing is old, and a step
+// made while it could not be read is measured at the next reading.
+func TestClockGuardBootClock(t *testing.T) {
+	c := newFakeClocks(24 * time.Hour)
+	g, steps := c.guard(t)
+	c.mu.Lock()
+	c.bootErr = unix.EINVAL
+	c.mu.Unlock()
+	c.set(time.Hour)
+	if st := g.State(15 * time.Minute); st != (ClockState{}) {
+		t.Fatalf("state %+v without a boot clock, want the zero state (no uptime)", st)
+	}
+	c.mu.Lock()
+	c.bootErr = nil
+	c.mu.Unlock()
+	c.set(0)
+	got := steps()
+	if len(got) != 2 || got[0].Err == nil || got[1].Size != time.Hour || got[1].Err != nil {
+		t.Fatalf("steps %+v, want one unmeasured, then the hour", got)
+	}
+	if st := g.State(15 * time.Minute); st.Forward != time.Hour {
+		t.Fatalf("forward %s, want the hour measured late", st.Forward)
+	}
+}
+
+// TestClockGuardUnreportedStep: a forward step made before a run reads the
+// time counts even when its report has not reached the guard yet, and is
+// counted once when it does.
+func TestClockGuardUnreportedStep(t *testing.T) {
+	const minAge = 15 * time.Minute
+	c := newFakeClocks(24 * time.Hour)
+	g, steps := c.guard(t)
+	c.setUnreported(time.Hour)
+	if st := g.State(minAge); st.Forward != time.Hour || !st.TrustedFrom.Equal(c.wall().Add(minAge)) {
+		t.Fatalf("state %+v before the report, want the hour forward, trusted a min-age later", st)
+	}
+	c.run(time.Minute)
+	c.report()
+	if got := steps(); len(got) != 1 || got[0].Size != time.Hour {
+		t.Fatalf("steps %+v, want the hour", got)
+	}
+	if st := g.State(minAge); st.Forward != time.Hour {
+		t.Fatalf("forward %s after the report, want the hour once", st.Forward)
+	}
+	c.setUnreported(-time.Hour)
+	if st := g.State(minAge); st.Forward != time.Hour {
+		t.Fatalf("forward %s after an unreported step back, want the hour still", st.Forward)
+	}
+}
+
+// TestClockGuardKeepsFewSteps: a clock set forward every second keeps a
+// bounded list of steps, and what is merged still counts.
+func TestClockGuardKeepsFewSteps(t *testing.T) {
+	const minAge = 15 * time.Minute
+	c := newFakeClocks(24 * time.Hour)
+	g, _ := c.guard(t)
+	for range 3 * maxForwardSteps {
+		c.set(time.Millisecond)
+		c.run(time.Second)
+	}
+	if st := g.State(minAge); st.Forward != 3*maxForwardSteps*time.Millisecond {
+		t.Fatalf("forward %s, want every step of the last %s", st.Forward, 3*maxForwardSteps*time.Second)
+	}
+	g.mu.Lock()
+	n := len(g.forward)
+	g.mu.Unlock()
+	if n > maxForwardSteps {
+		t.Fatalf("%d steps kept, want at most %d", n, maxForwardSteps)
+	}
+	// Once State has been asked for a window, older steps are forgotten.
+	c.run(minAge)
+	c.set(time.Millisecond)
+	if st := g.State(minAge); st.Forward != time.Millisecond {
+		t.Fatalf("forward %s a min-age later, want the last step only", st.Forward)
+	}
+	g.mu.Lock()
+	n = len(g.forward)
+	g.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d steps kept, want 1", n)
 	}
 }

@@ -100,7 +100,7 @@ func Cycle(ctx context.Context, src Sources, opts Options) (*Summary, CycleResul
 		opts.Boot = src.Boot
 	}
 	if src.Clock != nil {
-		opts.Settled = src.Clock.Settled
+		opts.Clock = src.Clock.State
 	}
 	sum, err := Run(ctx, pods, opts)
 	if err == nil && src.Boot != nil && !sum.DryRun {

@@ -65,10 +65,10 @@ type Options struct {
 	Boot BootRecord
 	// NodeName is this node, to recognise static pods by name.
 	NodeName string
-	// Settled, when set, says how long the wall clock has been free of
-	// forward steps (ClockGuard.Settled); ages are trusted only when it is
-	// at least MinAge. nil: always trusted (tests, library use).
-	Settled func() time.Duration
+	// Clock, when set, says how far ages by the wall clock can be trusted
+	// for a minimum age of window (ClockGuard.State); Run asks it for
+	// MinAge. nil: always trusted (tests, library use).
+	Clock func(window time.Duration) ClockState
 	// ViewTime, when set, is when the oldest liveness view was taken; files
 	// changed after it are kept for a later run (Planner.ViewTime).
 	ViewTime time.Time
@@ -100,16 +100,19 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	settled := time.Duration(math.MaxInt64)
-	if opts.Settled != nil {
-		settled = opts.Settled()
+	now := opts.Now()
+	clock := ClockState{Uptime: math.MaxInt64}
+	if opts.Clock != nil {
+		// Asked after now is read: a step before it has then been either
+		// seen or not yet reported, and State measures both.
+		clock = opts.Clock(opts.MinAge)
 	}
 	start := time.Now()
 	e := &executor{
 		opts: opts,
 		idx:  idx,
 		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
-			Now: opts.Now(), MinAge: opts.MinAge, Settled: settled, ViewTime: opts.ViewTime},
+			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
 		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)

@@ -125,9 +125,9 @@ const (
 	// ReasonNewerThanView: the file changed after the liveness view it
 	// would be judged by was taken; the next run's view knows its sandbox.
 	ReasonNewerThanView Reason = "newer-than-view"
-	// ReasonClockUnsettled: old by the wall clock, but the clock stepped
-	// (or the node booted) less than the minimum age ago, so the age cannot
-	// be trusted.
+	// ReasonClockUnsettled: old by the wall clock, but not by more than the
+	// forward steps of the clock within the last minimum age, or the node
+	// booted less than the minimum age ago, so the age cannot be trusted.
 	ReasonClockUnsettled Reason = "clock-unsettled"
 	// ReasonNoResultsDir: a scratch file in a cache without results/
 	// (multus before v3.7.2 kept delegate results elsewhere): nothing here
@@ -203,10 +203,10 @@ type Planner struct {
 	NodeName string
 	Now      time.Time
 	MinAge   time.Duration
-	// Settled is how long the wall clock has gone without a step that could
-	// make a young file look old (and at most the time since boot). Ages are
-	// trusted only when it is at least MinAge.
-	Settled time.Duration
+	// Clock is what the ClockGuard knows for MinAge: ages are trusted only
+	// once the node has been up for MinAge, and only beyond MinAge plus the
+	// forward steps of the last MinAge. The zero value trusts no age.
+	Clock ClockState
 	// ViewTime, when set, is when the oldest liveness view of the run was
 	// taken (a one-shot list of pods, the runtime's list of sandboxes). A
 	// file that changed after it may belong to a sandbox the view could not
@@ -228,7 +228,12 @@ func (p Planner) young(e Entry) Reason {
 	if e.ModTime.After(p.Now.Add(-p.MinAge)) {
 		return ReasonTooYoung
 	}
-	if p.Settled < p.MinAge {
+	if p.Clock.Uptime < p.MinAge {
+		return ReasonClockUnsettled
+	}
+	if e.ModTime.After(p.Now.Add(-p.MinAge).Add(-p.Clock.Forward)) {
+		// It may look old only by the forward steps: its true age can be
+		// below MinAge.
 		return ReasonClockUnsettled
 	}
 	return ""

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// settled is a clock that has not stepped for a day.
-const settled = 24 * time.Hour
+// settled is the clock of a node up for a day, with no forward step in the
+// last minimum age.
+var settled = ClockState{Uptime: 24 * time.Hour}
 
 // UIDs of the API server's form: pods that are gone, and a pod re-created
 // under the name of a gone one.
@@ -23,7 +24,7 @@ func TestPlannerResults(t *testing.T) {
 		// web-0 came back with the same name and a new UID.
 		{Namespace: "default", Name: "web-0", UID: newUID},
 	})
-	p := Planner{Index: idx, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	p := Planner{Index: idx, Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	entry := func(mtime time.Time, cf CacheFile) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + liveSandbox + "-eth0", ModTime: mtime}, Cache: cf}
 	}
@@ -58,7 +59,7 @@ func TestPlannerResults(t *testing.T) {
 
 func TestPlannerScratch(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	live, _ := ParseSandboxID(liveSandbox)
 	failed, _ := ParseSandboxID(failedAdd)
 	referenced := map[SandboxID]struct{}{live: {}}
@@ -141,13 +142,13 @@ func TestPlannerLiveness(t *testing.T) {
 		}
 	}
 	var (
-		api      = Planner{Index: pods, Now: now, MinAge: 15 * time.Minute, Settled: settled}
-		cri      = Planner{Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		api      = Planner{Index: pods, Now: now, MinAge: 15 * time.Minute, Clock: settled}
+		cri      = Planner{Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Clock: settled}
 		witness  = Decision{Reason: ReasonPodLive, NeedsWitness: true}
-		both     = Planner{Index: pods, Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Settled: settled}
-		apiBoot  = Planner{Index: pods, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
-		criBoot  = Planner{Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
-		bothBoot = Planner{Index: pods, Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+		both     = Planner{Index: pods, Sandboxes: runtime, Now: now, MinAge: 15 * time.Minute, Clock: settled}
+		apiBoot  = Planner{Index: pods, Boot: boot, Now: now, MinAge: 15 * time.Minute, Clock: settled}
+		criBoot  = Planner{Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Clock: settled}
+		bothBoot = Planner{Index: pods, Sandboxes: runtime, Boot: boot, Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	)
 	tests := []struct {
 		name string
@@ -206,8 +207,8 @@ func TestPlannerScratchSandboxLive(t *testing.T) {
 	known, gone := sid(t, liveSandbox), sid(t, failedAdd)
 	prior := sid(t, thickSandbox)
 	none := map[SandboxID]struct{}{}
-	cri := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute, Settled: settled}
-	boot := Planner{Index: NewPodSet(nil), Sandboxes: sandboxSet{known: {}}, Boot: sandboxSet{prior: {}, known: {}}, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	cri := Planner{Sandboxes: sandboxSet{known: {}}, Now: now, MinAge: 15 * time.Minute, Clock: settled}
+	boot := Planner{Index: NewPodSet(nil), Sandboxes: sandboxSet{known: {}}, Boot: sandboxSet{prior: {}, known: {}}, Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	for _, tc := range []struct {
 		name  string
 		p     Planner
@@ -251,7 +252,7 @@ func TestPlannerStaticPods(t *testing.T) {
 	)
 	pods := NewPodSet([]PodRef{{Namespace: "kube-system", Name: "etcd-" + node, UID: mirror, MirrorUID: hash}})
 	runtime := sandboxSet{sid(t, liveSandbox): {}}
-	api := Planner{Index: pods, NodeName: node, Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	api := Planner{Index: pods, NodeName: node, Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	both := api
 	both.Sandboxes = runtime
 	seen := api
@@ -298,16 +299,17 @@ func TestPlannerStaticPods(t *testing.T) {
 	}
 }
 
-// TestPlannerAgeGuards covers what makes an old-looking file young: a clock
-// that stepped (or a fresh boot), and a view taken before the file changed.
+// TestPlannerAgeGuards covers what makes an old-looking file young: a fresh
+// boot (TestPlannerClock has the steps of the clock), and a view taken
+// before the file changed.
 func TestPlannerAgeGuards(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-time.Hour)
 	viewAt := now.Add(-10 * time.Second)
-	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	unsettled := p
-	unsettled.Settled = 14 * time.Minute
-	cri := Planner{Sandboxes: sandboxSet{}, Now: now, MinAge: 15 * time.Minute, Settled: settled, ViewTime: viewAt}
+	unsettled.Clock = ClockState{Uptime: 14 * time.Minute}
+	cri := Planner{Sandboxes: sandboxSet{}, Now: now, MinAge: 15 * time.Minute, Clock: settled, ViewTime: viewAt}
 	zeroAge := cri
 	zeroAge.MinAge = 0
 	results := func(changed time.Time) ResultsEntry {
@@ -321,8 +323,8 @@ func TestPlannerAgeGuards(t *testing.T) {
 		want Decision
 	}{
 		{"settled clock", p.Results(results(old)), remove(ReasonPodGone)},
-		{"clock stepped within min-age", unsettled.Results(results(old)), keep(ReasonClockUnsettled)},
-		{"scratch, clock stepped", unsettled.Scratch(Entry{ModTime: old, ChangeTime: old}, id, map[SandboxID]struct{}{}), keep(ReasonClockUnsettled)},
+		{"booted within min-age", unsettled.Results(results(old)), keep(ReasonClockUnsettled)},
+		{"scratch, booted within min-age", unsettled.Scratch(Entry{ModTime: old, ChangeTime: old}, id, map[SandboxID]struct{}{}), keep(ReasonClockUnsettled)},
 		{"changed before the view", cri.Results(results(viewAt.Add(-100 * time.Millisecond))), remove(ReasonSandboxGone)},
 		{"changed after the view", cri.Results(results(viewAt.Add(time.Second))), keep(ReasonNewerThanView)},
 		{"changed just before the view (inode clock lags)", cri.Results(results(viewAt.Add(-20 * time.Millisecond))), keep(ReasonNewerThanView)},
@@ -335,9 +337,50 @@ func TestPlannerAgeGuards(t *testing.T) {
 	}
 }
 
+// TestPlannerClock: a file is distrusted only when its age by the wall clock
+// could come from the uptime rule or from forward steps within the last
+// minimum age; a step of any size holds back only the files within its size
+// of the minimum age.
+func TestPlannerClock(t *testing.T) {
+	const minAge = 15 * time.Minute
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	viewAt := now.Add(-10 * time.Second)
+	for _, tc := range []struct {
+		name     string
+		clock    ClockState
+		age      time.Duration // by the wall clock
+		viewTime time.Time
+		want     Reason
+	}{
+		{"no step, old", settled, minAge + time.Nanosecond, time.Time{}, ""},
+		{"no step, exactly min-age", settled, minAge, time.Time{}, ""},
+		{"no step, young", settled, minAge - time.Second, time.Time{}, ReasonTooYoung},
+		{"from the future", settled, -time.Hour, time.Time{}, ReasonTooYoung},
+		{"1ns forward, at the edge", ClockState{Uptime: 24 * time.Hour, Forward: time.Nanosecond}, minAge, time.Time{}, ReasonClockUnsettled},
+		{"1ns forward, past it", ClockState{Uptime: 24 * time.Hour, Forward: time.Nanosecond}, minAge + time.Nanosecond, time.Time{}, ""},
+		{"1s forward, within it", ClockState{Uptime: 24 * time.Hour, Forward: time.Second}, minAge + 500*time.Millisecond, time.Time{}, ReasonClockUnsettled},
+		{"1s forward, past it", ClockState{Uptime: 24 * time.Hour, Forward: time.Second}, minAge + 2*time.Second, time.Time{}, ""},
+		{"1h forward, within it", ClockState{Uptime: 24 * time.Hour, Forward: time.Hour}, minAge + 30*time.Minute, time.Time{}, ReasonClockUnsettled},
+		{"1h forward, past it", ClockState{Uptime: 24 * time.Hour, Forward: time.Hour}, minAge + time.Hour + time.Second, time.Time{}, ""},
+		{"1h forward, young", ClockState{Uptime: 24 * time.Hour, Forward: time.Hour}, time.Minute, time.Time{}, ReasonTooYoung},
+		{"decades forward (set from 1970)", ClockState{Uptime: 24 * time.Hour, Forward: 56 * 365 * 24 * time.Hour}, 50 * 365 * 24 * time.Hour, time.Time{}, ReasonClockUnsettled},
+		{"booted within min-age", ClockState{Uptime: minAge - time.Second}, 30 * 24 * time.Hour, time.Time{}, ReasonClockUnsettled},
+		{"uptime unknown", ClockState{}, 30 * 24 * time.Hour, time.Time{}, ReasonClockUnsettled},
+		{"changed after the view, clock stepped", ClockState{Uptime: 24 * time.Hour, Forward: time.Hour}, 2 * time.Hour, viewAt, ReasonNewerThanView},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: tc.clock, ViewTime: tc.viewTime}
+			mtime := now.Add(-tc.age)
+			if got := p.young(Entry{ModTime: mtime, ChangeTime: now}); got != tc.want {
+				t.Fatalf("young: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestPlannerWitnessed(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	p := Planner{Now: now, MinAge: 15 * time.Minute, Settled: settled}
+	p := Planner{Now: now, MinAge: 15 * time.Minute, Clock: settled}
 	old, young := Entry{ModTime: now.Add(-time.Hour)}, Entry{ModTime: now.Add(-time.Second)}
 	if got := p.Witnessed(old, true); got != remove(ReasonEarlierBoot) {
 		t.Errorf("with a newer sandbox: got %+v", got)

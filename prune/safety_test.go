@@ -152,12 +152,16 @@ func TestRunConflictingIdentityNeverReleased(t *testing.T) {
 // TestRunAgeGuards: an old-looking file is not judged by its age while the
 // wall clock is unsettled, nor by a view taken before it changed.
 func TestRunAgeGuards(t *testing.T) {
+	clock := func(st prune.ClockState) func(time.Duration) prune.ClockState {
+		return func(time.Duration) prune.ClockState { return st }
+	}
 	for _, tc := range []struct {
 		name   string
 		opts   prune.Options
 		reason prune.Reason
 	}{
-		{"clock stepped 5 minutes ago", prune.Options{Settled: func() time.Duration { return 5 * time.Minute }}, prune.ReasonClockUnsettled},
+		{"clock set 2h forward within min-age", prune.Options{Clock: clock(prune.ClockState{Uptime: 24 * time.Hour, Forward: 2 * time.Hour})}, prune.ReasonClockUnsettled},
+		{"booted 5 minutes ago", prune.Options{Clock: clock(prune.ClockState{Uptime: 5 * time.Minute})}, prune.ReasonClockUnsettled},
 		{"view taken before the files were written", prune.Options{ViewTime: time.Now().Add(-time.Minute)}, prune.ReasonNewerThanView},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

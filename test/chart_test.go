@@ -850,7 +850,7 @@ func TestChartPrometheusRules(t *testing.T) {
 		t.Logf("promtool test rules:\n%s", runTool(t, nil, promtool, args...))
 	})
 
-	all := []string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing", "SweepPruneStale"}
+	all := []string{"SweepClockUnsettled", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing", "SweepPruneStale"}
 	for _, c := range []struct {
 		name     string
 		flags    []string
@@ -859,7 +859,7 @@ func TestChartPrometheusRules(t *testing.T) {
 	}{
 		{"defaults", nil, all, nil},
 		{"an alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"},
-			[]string{"SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
+			[]string{"SweepClockUnsettled", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
 		{"severity per alert", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.severity=critical"},
 			all, map[string]string{"SweepMultusInodesLow": "critical"}},
 		{"additional rules", []string{"--set-json", `metrics.prometheusRule.additionalRules=[{"alert":"SweepPodViewStale","expr":"sweep_pod_view_fresh == 0","for":"30m","labels":{"severity":"info"}},{"record":"node:sweep_stale_files:sum","expr":"sum by (node) (sweep_prune_stale_files)"}]`},
@@ -867,7 +867,8 @@ func TestChartPrometheusRules(t *testing.T) {
 		{"every alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.enabled=false",
 			"--set", "metrics.prometheusRule.alerts.SweepMultusInodesFillingUp.enabled=false",
 			"--set", "metrics.prometheusRule.alerts.SweepPruneFailing.enabled=false",
-			"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"}, nil, nil},
+			"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepClockUnsettled.enabled=false"}, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := rules(t, t.TempDir(), c.flags...)
