@@ -544,6 +544,10 @@ func (d *Daemon) prove(ctx context.Context) error {
 // line when the outcome changes, so that a failing proof retried every few
 // seconds logs once.
 func (d *Daemon) setProven(err error) {
+	var pe *proofError
+	if errors.As(err, &pe) {
+		err = pe // as the prove loop reports it, not wrapped by a cycle
+	}
 	d.proven.Store(err == nil)
 	d.metrics.proven.Set(boolFloat(err == nil))
 	msg := ""

@@ -38,6 +38,25 @@ var (
 
 var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
+// proofError is a failed proof: it matches its sentinel (ErrNodeUnproven or
+// ErrRuntimeUnproven) with errors.Is, and errors.As finds it however a
+// cycle wrapped it, so that the same failure reads the same in every log
+// line.
+type proofError struct {
+	sentinel error
+	err      error
+}
+
+func (e *proofError) Error() string        { return e.sentinel.Error() + ": " + e.err.Error() }
+func (e *proofError) Unwrap() error        { return e.err }
+func (e *proofError) Is(target error) bool { return target == e.sentinel }
+
+// unproven makes a proofError of sentinel, with the detail formatted as by
+// fmt.Errorf.
+func unproven(sentinel error, format string, args ...any) error {
+	return &proofError{sentinel: sentinel, err: fmt.Errorf(format, args...)}
+}
+
 // nodeInfo is what a Node says of the machine behind it.
 type nodeInfo struct {
 	bootID  string // status.nodeInfo.bootID
@@ -66,23 +85,22 @@ type identity struct {
 func (id *identity) checkNode(ctx context.Context) error {
 	local, err := prune.ReadBootID(id.bootIDFile)
 	if err != nil {
-		return fmt.Errorf("%w: node %q: this machine's boot ID: %w", ErrNodeUnproven, id.node, err)
+		return unproven(ErrNodeUnproven, "node %q: this machine's boot ID: %w", id.node, err)
 	}
 	info, err := id.nodes.node(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: the API server has no Node named %q; a name that is not the node's lists no pods, "+
-			"successfully (check --node-name or $NODE_NAME against kubectl get nodes)", ErrNodeUnproven, id.node)
+		return unproven(ErrNodeUnproven, "the API server has no Node named %q; a name that is not the node's lists no pods, "+
+			"successfully (check --node-name or $NODE_NAME against kubectl get nodes)", id.node)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%w: cannot read Node %q to check that it is this machine (grant get on nodes): %w",
-			ErrNodeUnproven, id.node, err)
+		return unproven(ErrNodeUnproven, "cannot read Node %q to check that it is this machine (grant get on nodes): %w", id.node, err)
 	case err != nil:
 		return fmt.Errorf("get node %q: %w", id.node, err)
 	}
 	if info.bootID != local {
 		id.setLast(nil)
-		return fmt.Errorf("%w: Node %q reports boot ID %q, this machine's is %q (%s): it is another machine's Node, "+
-			"or its kubelet has not reported this boot yet", ErrNodeUnproven, id.node, info.bootID, local, id.bootIDFile)
+		return unproven(ErrNodeUnproven, "Node %q reports boot ID %q, this machine's is %q (%s): it is another machine's Node, "+
+			"or its kubelet has not reported this boot yet", id.node, info.bootID, local, id.bootIDFile)
 	}
 	id.setLast(&info)
 	return nil
@@ -193,7 +211,7 @@ func (w *nodeWatcher) node(context.Context) (nodeInfo, error) {
 // checkPods proves that a view of the pods holds the daemon's own pod.
 func (id *identity) checkPods(idx prune.PodIndex) error {
 	if id.selfUID != "" && !idx.HasUID(id.selfUID) {
-		return fmt.Errorf("%w: this daemon's own pod (UID %s) is not among the pods of node %q", ErrNodeUnproven, id.selfUID, id.node)
+		return unproven(ErrNodeUnproven, "this daemon's own pod (UID %s) is not among the pods of node %q", id.selfUID, id.node)
 	}
 	return nil
 }
@@ -203,23 +221,22 @@ func (id *identity) checkPods(idx prune.PodIndex) error {
 func (id *identity) checkRuntime(name, version string, s *cri.Sandboxes, endpoint string) error {
 	got := name + "://" + version
 	if id.selfUID != "" && !s.HasPod(id.selfUID) {
-		return fmt.Errorf("%w: %s (%s) lists no sandbox of this daemon's own pod (UID %s): it is not the runtime that runs this node's pods",
-			ErrRuntimeUnproven, endpoint, got, id.selfUID)
+		return unproven(ErrRuntimeUnproven, "%s (%s) lists no sandbox of this daemon's own pod (UID %s): it is not the runtime that runs this node's pods", endpoint, got, id.selfUID)
 	}
 	if id.expect != "" && !runtimeMatches(id.expect, name, version) {
-		return fmt.Errorf("%w: %s is %s, not %s (--expect-runtime)", ErrRuntimeUnproven, endpoint, got, id.expect)
+		return unproven(ErrRuntimeUnproven, "%s is %s, not %s (--expect-runtime)", endpoint, got, id.expect)
 	}
 	if id.nodes != nil {
 		n := id.lastNode()
 		switch {
 		case n == nil:
-			return fmt.Errorf("%w: Node %q not proven to be this machine, so its runtime is unknown", ErrRuntimeUnproven, id.node)
+			return unproven(ErrRuntimeUnproven, "Node %q not proven to be this machine, so its runtime is unknown", id.node)
 		case !runtimeMatches(n.runtime, name, version):
-			return fmt.Errorf("%w: %s is %s, but the kubelet of Node %q reports %q", ErrRuntimeUnproven, endpoint, got, id.node, n.runtime)
+			return unproven(ErrRuntimeUnproven, "%s is %s, but the kubelet of Node %q reports %q", endpoint, got, id.node, n.runtime)
 		}
 	}
 	if id.selfUID == "" && id.expect == "" && id.nodes == nil {
-		return fmt.Errorf("%w: nothing to prove it with (give --pod-uid or --expect-runtime)", ErrRuntimeUnproven)
+		return unproven(ErrRuntimeUnproven, "nothing to prove it with (give --pod-uid or --expect-runtime)")
 	}
 	return nil
 }

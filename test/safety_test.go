@@ -90,6 +90,7 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
+	ensureNode(t, cs, "node-a")
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	u, err := url.Parse(cp.Config.Host)
 	if err != nil {

@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestRuntimeMatches covers how a runtime's CRI Version answer is compared
+// with a Node's containerRuntimeVersion, which the kubelet writes as it
+// parsed the version: without a leading "v", a non-semantic version cut to
+// its numbers.
+func TestRuntimeMatches(t *testing.T) {
+	for _, tc := range []struct {
+		want, name, version string
+		ok                  bool
+	}{
+		{"containerd://1.7.2", "containerd", "1.7.2", true},
+		{"containerd://2.4.2", "containerd", "v2.4.2", true},             // containerd 2 says v2.4.2
+		{"containerd://1.6.20", "containerd", "1.6.20~ds1", true},        // Debian's, parsed generically
+		{"containerd://1.7.23-k3s2", "containerd", "v1.7.23-k3s2", true}, // k3s, semantic
+		{"containerd://1.6.2", "containerd", "1.6.20", false},
+		{"containerd://1.6", "containerd", "1.6.20", false},
+		{"containerd://1.7.2", "docker", "1.7.2", false},
+		{"cri-o://1.34.1", "containerd", "1.34.1", false},
+		{"containerd", "containerd", "anything", true},
+		{"containerd", "containerd-shim", "1", false},
+		{"containerd://", "containerd", "1.7.2", false},
+		{"", "containerd", "1.7.2", false},
+	} {
+		if got := runtimeMatches(tc.want, tc.name, tc.version); got != tc.ok {
+			t.Errorf("runtimeMatches(%q, %q, %q) = %v, want %v", tc.want, tc.name, tc.version, got, tc.ok)
+		}
+	}
+}
+
+func TestParseExpectRuntime(t *testing.T) {
+	for in, ok := range map[string]bool{
+		"containerd": true, "containerd://1.7.2": true, "cri-o://1.34.1": true,
+		"": false, "containerd://": false, "://1.7": false, "a b": false, "unix:///run/containerd.sock": false,
+	} {
+		if err := ParseExpectRuntime(in); (err == nil) != ok {
+			t.Errorf("ParseExpectRuntime(%q): %v, want ok=%v", in, err, ok)
+		}
+	}
+}
+
+// TestProofErrorWrapped: a proof that failed is recognised, and reads the
+// same, however a cycle wrapped it.
+func TestProofErrorWrapped(t *testing.T) {
+	err := unproven(ErrNodeUnproven, "no Node named %q", "n")
+	wrapped := fmt.Errorf("no view: %w", err)
+	var pe *proofError
+	if !errors.Is(wrapped, ErrNodeUnproven) || errors.Is(wrapped, ErrRuntimeUnproven) || !errors.As(wrapped, &pe) || pe.Error() != err.Error() {
+		t.Fatalf("wrapped proof error: Is node %v, Is runtime %v, As %v", errors.Is(wrapped, ErrNodeUnproven),
+			errors.Is(wrapped, ErrRuntimeUnproven), pe)
+	}
+}
