@@ -93,7 +93,7 @@ func (id *identity) checkNode(ctx context.Context) error {
 		return unproven(ErrNodeUnproven, "the API server has no Node named %q; a name that is not the node's lists no pods, "+
 			"successfully (check --node-name or $NODE_NAME against kubectl get nodes)", id.node)
 	case apierrors.IsForbidden(err):
-		return unproven(ErrNodeUnproven, "cannot read Node %q to check that it is this machine (grant get on nodes): %w", id.node, err)
+		return unproven(ErrNodeUnproven, "cannot read Node %q to check that it is this machine (grant get, list and watch on nodes): %w", id.node, err)
 	case err != nil:
 		return fmt.Errorf("get node %q: %w", id.node, err)
 	}
@@ -153,22 +153,33 @@ type nodeWatcher struct {
 	name       string
 	store      cache.Store
 	controller cache.Controller
+
+	mu      sync.Mutex
+	listErr error // of the last list; nil once one succeeded
+}
+
+func (w *nodeWatcher) setListErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.listErr = err
 }
 
 func newNodeWatcher(client dynamic.Interface, name string) *nodeWatcher {
 	nodes := client.Resource(nodesResource)
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return nodes.List(ctx, opts)
-		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
 			return nodes.Watch(ctx, opts)
 		},
 	}
 	w := &nodeWatcher{name: name}
+	lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		opts.FieldSelector = selector
+		l, err := nodes.List(ctx, opts)
+		w.setListErr(err)
+		return l, err
+	}
 	w.store, w.controller = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &unstructured.Unstructured{},
@@ -196,6 +207,13 @@ func (w *nodeWatcher) run(ctx context.Context) { w.controller.RunWithContext(ctx
 
 func (w *nodeWatcher) node(context.Context) (nodeInfo, error) {
 	if !w.controller.HasSynced() {
+		w.mu.Lock()
+		err := w.listErr
+		w.mu.Unlock()
+		if err != nil {
+			// A forbidden list is a proof that cannot be made: say so.
+			return nodeInfo{}, err
+		}
 		return nodeInfo{}, errors.New("the Node has not been listed yet")
 	}
 	obj, ok, err := w.store.GetByKey(w.name)

@@ -1,9 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // TestRuntimeMatches covers how a runtime's CRI Version answer is compared
@@ -54,5 +60,48 @@ func TestProofErrorWrapped(t *testing.T) {
 	if !errors.Is(wrapped, ErrNodeUnproven) || errors.Is(wrapped, ErrRuntimeUnproven) || !errors.As(wrapped, &pe) || pe.Error() != err.Error() {
 		t.Fatalf("wrapped proof error: Is node %v, Is runtime %v, As %v", errors.Is(wrapped, ErrNodeUnproven),
 			errors.Is(wrapped, ErrRuntimeUnproven), pe)
+	}
+}
+
+// nodeStub is a nodeSource with a fixed answer.
+type nodeStub struct {
+	info nodeInfo
+	err  error
+}
+
+func (n nodeStub) node(context.Context) (nodeInfo, error) { return n.info, n.err }
+
+// TestCheckNode: what proves the Node is this machine, and what a failure
+// to ask is (no proof either way: not ErrNodeUnproven, the run is skipped as
+// not synced) as opposed to a mismatch or a right that is missing.
+func TestCheckNode(t *testing.T) {
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	if err := os.WriteFile(bootFile, []byte("b00710e0-0000-4000-8000-000000000001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gr := nodesResource.GroupResource()
+	for _, tc := range []struct {
+		name     string
+		src      nodeStub
+		unproven bool
+		want     string
+	}{
+		{"this machine", nodeStub{info: nodeInfo{bootID: "b00710e0-0000-4000-8000-000000000001"}}, false, ""},
+		{"no such Node", nodeStub{err: apierrors.NewNotFound(gr, "n")}, true, `no Node named "n"`},
+		{"another boot ID", nodeStub{info: nodeInfo{bootID: "other"}}, true, `reports boot ID "other"`},
+		{"no right to read it", nodeStub{err: apierrors.NewForbidden(gr, "n", errors.New("rbac"))}, true, "grant get, list and watch on nodes"},
+		{"API server down", nodeStub{err: errors.New("connection refused")}, false, "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := &identity{node: "n", bootIDFile: bootFile, nodes: tc.src}
+			err := id.checkNode(t.Context())
+			if errors.Is(err, ErrNodeUnproven) != tc.unproven || (tc.want == "") != (err == nil) ||
+				(err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("err %v, want unproven=%v and %q", err, tc.unproven, tc.want)
+			}
+			if (id.lastNode() != nil) != (err == nil) {
+				t.Errorf("last node %v after err %v", id.lastNode(), err)
+			}
+		})
 	}
 }

@@ -160,10 +160,14 @@ func TestChartRender(t *testing.T) {
 				}
 			}
 		}
-		// Reading pods is the daemon's only right without uninstall.
+		// Reading pods and its Node are the daemon's only rights without
+		// uninstall.
 		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
-		if len(rules) != 1 || fmt.Sprint(rules[0]) != fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}}) {
-			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods only", rules)
+		read := func(resource string) string {
+			return fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{resource}, "verbs": []any{"get", "list", "watch"}})
+		}
+		if len(rules) != 2 || fmt.Sprint(rules[0]) != read("pods") || fmt.Sprint(rules[1]) != read("nodes") {
+			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods and nodes only", rules)
 		}
 
 		ds := findObject(t, objs, "DaemonSet", "rel-sweep")

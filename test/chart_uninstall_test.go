@@ -89,6 +89,7 @@ func TestChartUninstallFlowEager(t *testing.T) { chartUninstallFlow(t, true) }
 func chartUninstallFlow(t *testing.T, eager bool) {
 	cp := controlplane.Start(t, controlplane.WithControllerManager())
 	cs := cp.Clientset(t)
+	ensureNode(t, cs, "node-a")
 	ctx := t.Context()
 	kubectl := tool(t, "kubectl")
 	k := func(stdin string, args ...string) string {

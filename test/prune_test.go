@@ -4,10 +4,10 @@ package test
 
 import (
 	"bufio"
-	"maps"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
