@@ -204,6 +204,12 @@ func resolveAll(mapper Mapper, entries []ResourceEntry, self Self) ([]Target, sc
 	if err != nil {
 		return nil, schema.GroupVersionResource{}, fmt.Errorf("self object: %w", err)
 	}
+	if !t.Served {
+		// The workload runs as an object of this type: a type the API
+		// server does not serve is a mistyped --self-gvr, which would
+		// only fail after everything else was deleted.
+		return nil, schema.GroupVersionResource{}, fmt.Errorf("%w: self object: %s", ErrConfig, t.notServed())
+	}
 	if err := checkSelfScope(t, self.Namespace); err != nil {
 		return nil, schema.GroupVersionResource{}, err
 	}
