@@ -123,10 +123,11 @@ func TestSpectroCleanupCompat(t *testing.T) {
 		assertCleanedUp(t, cs, j)
 	})
 
-	// spectro-cleanup took a mistyped mustDelete resource's 404 for
-	// success, and failed on a mistyped --self-gvr only once the rest was
-	// deleted. Each is refused, before anything is deleted and before the
-	// self-cleanup.
+	// spectro-cleanup stopped without resource-config.json (exit 1, after
+	// the files), ignored a misnamed file-config.json, took a mistyped
+	// mustDelete resource's 404 for success, and failed on a mistyped
+	// --self-gvr only once the rest was deleted. Each is refused, before
+	// anything is deleted and before the self-cleanup.
 	t.Run("refused before anything is deleted", func(t *testing.T) {
 		tests := []struct {
 			name string
@@ -135,6 +136,23 @@ func TestSpectroCleanupCompat(t *testing.T) {
 			setup   func(t *testing.T, j *selfJob) []string
 			wantErr string
 		}{
+			{name: "no config directory", setup: func(t *testing.T, j *selfJob) []string {
+				return []string{"--config-dir=" + filepath.Join(j.configDir, "typo")}
+			}, wantErr: "does not exist"},
+			{name: "neither config file", setup: func(t *testing.T, j *selfJob) []string {
+				for _, name := range []string{"file-config.json", "resource-config.json"} {
+					if err := os.Remove(filepath.Join(j.configDir, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return nil
+			}, wantErr: "has neither file-config.json nor resource-config.json"},
+			{name: "misnamed file config", setup: func(t *testing.T, j *selfJob) []string {
+				if err := os.Rename(filepath.Join(j.configDir, "file-config.json"), filepath.Join(j.configDir, "files-config.json")); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			}, wantErr: `has no file-config.json but has \"files-config.json\" (did you mean file-config.json?)`},
 			{name: "mustDelete resource typo", setup: func(t *testing.T, j *selfJob) []string {
 				j.writeConfig(t, fmt.Sprintf("[%q]", j.file), "["+entryFor(j.ns, "spectro-cleanup-config", false)+
 					`,{"group":"apiextensions.k8s.io","version":"v1","resource":"customresourcedefinitons","name":"x.example.com","mustDelete":true}]`)

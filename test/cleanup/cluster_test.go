@@ -557,6 +557,62 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		})
 	}
 
+	// A config directory that asks for nothing, or for less than it was
+	// meant to, is refused before anything is deleted.
+	dirRefusals := []struct {
+		name string
+		// files are written into the directory under these names; nil:
+		// no directory.
+		files   map[string]string
+		wantErr string
+	}{
+		{name: "no directory", wantErr: "does not exist"},
+		{name: "empty directory", files: map[string]string{}, wantErr: "has neither file-config.json nor resource-config.json"},
+		{name: "misnamed file config", files: map[string]string{"files-config.json": "{file}", cleanup.ResourceConfigName: "{resources}"},
+			wantErr: `has no file-config.json but has "files-config.json" (did you mean file-config.json?)`},
+		{name: "misnamed resource config", files: map[string]string{cleanup.FileConfigName: "{file}", "resource-config.yaml": "{resources}"},
+			wantErr: `has no resource-config.json but has "resource-config.yaml" (did you mean resource-config.json?)`},
+	}
+	for i, r := range dirRefusals {
+		t.Run("refused "+r.name, func(t *testing.T) {
+			ns := fmt.Sprintf("rd%d", i)
+			c.namespace(t, ns)
+			c.configMap(t, ns, "victim", nil)
+			host := t.TempDir()
+			victim := filepath.Join(host, "victim")
+			if err := os.WriteFile(victim, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "config")
+			if r.files != nil {
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, data := range r.files {
+				data = strings.NewReplacer("{file}", fmt.Sprintf("[%q]", victim),
+					"{resources}", fmt.Sprintf(`[{"version":"v1","resource":"configmaps","name":"victim","namespace":%q}]`, ns)).Replace(data)
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
+			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
+				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
+			}
+			t.Logf("refused: %v", err)
+			if n := len(sum.Records()); n != 0 {
+				t.Fatalf("%d records after a refusal, want none", n)
+			}
+			if _, err := os.Stat(victim); err != nil {
+				t.Fatalf("file removed despite the refusal: %v", err)
+			}
+			if !c.exists(t, cmGVR, ns, "victim") {
+				t.Fatal("ConfigMap deleted despite the refusal")
+			}
+		})
+	}
+
 	// Without mustDelete a typo only skips its entry, but says what it
 	// most likely meant. In a CRD's group, a mustDelete entry with no
 	// close name is a skip too: its CRD may be gone already while the
