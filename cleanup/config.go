@@ -296,8 +296,8 @@ func describeToken(tok json.Token) string {
 type Config struct {
 	Files     []string
 	Resources []ResourceEntry
-	// Absent names the config file that is not in the directory, if one
-	// is not: its list is empty.
+	// Absent names the config file missing from the directory, if one
+	// is: its list is empty.
 	Absent []string
 	// Unknown describes each other file in the directory, with a
 	// did-you-mean where its name is close to a config file's. With both
