@@ -54,7 +54,8 @@ clean:
 	rm -rf $(BIN) dist
 
 # Release archives of the kubectl plugin for linux, darwin and windows on
-# amd64 and arm64, their sha256 checksums and a krew manifest, in dist/.
+# amd64 and arm64 with a krew manifest, of sweepd (with its systemd unit) for
+# linux on amd64 and arm64, and their sha256 checksums, in dist/.
 release:
 	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh
 

@@ -15,6 +15,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
@@ -290,15 +292,73 @@ func describeToken(tok json.Token) string {
 	}
 }
 
+// Config is what a config directory asks for.
+type Config struct {
+	Files     []string
+	Resources []ResourceEntry
+	// Absent names the config file missing from the directory, if one
+	// is: its list is empty.
+	Absent []string
+	// Unknown describes each other file in the directory, with a
+	// did-you-mean where its name is close to a config file's. With both
+	// config files there they are only worth a warning.
+	Unknown []string
+}
+
 // LoadConfig reads and parses file-config.json and resource-config.json
-// from dir. A missing file means an empty list; any other problem is an
-// error wrapping ErrConfig.
-func LoadConfig(dir string) (files []string, resources []ResourceEntry, err error) {
+// from dir. Either may be absent, as in spectro-cleanup: a missing
+// file-config.json means no files, a missing resource-config.json no
+// objects. It refuses, with an error wrapping ErrConfig, a directory that
+// does not exist or has neither file (spectro-cleanup stopped without
+// resource-config.json), and one that lacks either and has other files:
+// one of them may be the missing one, misnamed, and running without it
+// would pass a deletion that was asked for and not done for success. The
+// kubelet's own entries in a mounted ConfigMap (..data, ..<timestamp>) are
+// not other files; the config files there are symlinks, which are read.
+func LoadConfig(dir string) (Config, error) {
+	var cfg Config
+	des, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, fmt.Errorf("%w: config directory %s does not exist", ErrConfig, dir)
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	known := []string{FileConfigName, ResourceConfigName}
+	present := map[string]bool{}
+	for _, de := range des {
+		name := de.Name()
+		switch {
+		case slices.Contains(known, name):
+			present[name] = true
+		case strings.HasPrefix(name, ".."):
+			// The kubelet's: a ConfigMap key cannot start with "..".
+		default:
+			cfg.Unknown = append(cfg.Unknown, describeUnknown(name, known))
+		}
+	}
+	for _, name := range known {
+		if !present[name] {
+			cfg.Absent = append(cfg.Absent, name)
+		}
+	}
+	switch {
+	case len(cfg.Absent) == len(known):
+		what := "it has no other files"
+		if len(cfg.Unknown) > 0 {
+			what = "it has " + strings.Join(cfg.Unknown, ", ")
+		}
+		return cfg, fmt.Errorf("%w: config directory %s has neither %s nor %s: %s", ErrConfig, dir, FileConfigName, ResourceConfigName, what)
+	case len(cfg.Absent) > 0 && len(cfg.Unknown) > 0:
+		return cfg, fmt.Errorf("%w: config directory %s has no %s but has %s: name it %s, or remove what is not config",
+			ErrConfig, dir, cfg.Absent[0], strings.Join(cfg.Unknown, ", "), cfg.Absent[0])
+	}
+
 	read := func(name string) ([]byte, error) {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if errors.Is(err, fs.ErrNotExist) {
+		if !present[name] {
 			return nil, nil
 		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
@@ -306,16 +366,26 @@ func LoadConfig(dir string) (files []string, resources []ResourceEntry, err erro
 	}
 	data, err := read(FileConfigName)
 	if err != nil {
-		return nil, nil, err
+		return cfg, err
 	}
-	if files, err = ParseFileConfig(data); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %w", ErrConfig, FileConfigName, err)
+	if cfg.Files, err = ParseFileConfig(data); err != nil {
+		return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, FileConfigName, err)
 	}
 	if data, err = read(ResourceConfigName); err != nil {
-		return nil, nil, err
+		return cfg, err
 	}
-	if resources, err = ParseResourceConfig(data); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %w", ErrConfig, ResourceConfigName, err)
+	if cfg.Resources, err = ParseResourceConfig(data); err != nil {
+		return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, ResourceConfigName, err)
 	}
-	return files, resources, nil
+	return cfg, nil
+}
+
+// describeUnknown quotes name, with a did-you-mean if it is within a third
+// of its length of a config file's name (files-config.json,
+// resource-config.yaml).
+func describeUnknown(name string, known []string) string {
+	if c, ok := closest(name, known, max(2, len(name)/3)); ok {
+		return fmt.Sprintf("%q (did you mean %s?)", name, c)
+	}
+	return strconv.Quote(name)
 }

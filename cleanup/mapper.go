@@ -20,7 +20,8 @@ import (
 // Mapper resolves a resource to its kind and scope.
 type Mapper interface {
 	// Lookup returns the Target for gvr: Served false when the API server
-	// does not serve it (e.g. its CRD is gone).
+	// does not serve it (e.g. its CRD is gone), with GroupVersionServed
+	// and a did-you-mean when it serves the group/version.
 	Lookup(gvr schema.GroupVersionResource) (Target, error)
 }
 
@@ -75,7 +76,8 @@ func (m *discoveryMapper) Lookup(gvr schema.GroupVersionResource) (Target, error
 			}
 		}
 		if fresh {
-			return Target{GVR: gvr}, nil
+			didYouMean, served := suggestResource(gvr.Resource, list.APIResources)
+			return Target{GVR: gvr, GroupVersionServed: true, DidYouMean: didYouMean, ServedResources: served}, nil
 		}
 	}
 }

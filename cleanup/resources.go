@@ -66,12 +66,48 @@ type Target struct {
 	GVR        schema.GroupVersionResource
 	Kind       string
 	Namespaced bool
+	// GroupVersionServed is set, with Served false, when the API server
+	// serves the group/version but no resource of that name in it: a typo,
+	// or a CRD that was removed while others of its group remain.
+	GroupVersionServed bool
+	// DidYouMean is the served resource of the group/version the name most
+	// likely means, if one is close (see suggestResource); ServedResources
+	// are all of them, sorted. Both are set with GroupVersionServed only.
+	DidYouMean      string
+	ServedResources []string
+}
+
+// notServed says why t is not served, with a did-you-mean where the
+// group/version is served: for the refusal, the log and the summary.
+func (t Target) notServed() string {
+	if !t.GroupVersionServed {
+		return "resource type not served by the API server"
+	}
+	s := fmt.Sprintf("%s serves no resource %q", t.GVR.GroupVersion(), t.GVR.Resource)
+	if t.DidYouMean != "" {
+		return s + fmt.Sprintf(": did you mean %q?", t.DidYouMean)
+	}
+	return s + "; it serves " + strings.Join(t.ServedResources, ", ")
+}
+
+// builtinGroup reports whether group is one of Kubernetes' own that no CRD
+// can add resources to: the API server refuses a CRD whose group has no
+// dot. Its resources never come and go at run time, so a name it does not
+// serve is a mistake, not a CRD already removed.
+func builtinGroup(group string) bool {
+	return !strings.Contains(group, ".")
 }
 
 // Resolve looks every entry up through mapper and checks its namespace
 // against the type's scope: a named namespaced entry needs a namespace (an
 // empty one would otherwise 404 and pass for success), a cluster-scoped one
-// must not have one. Scope errors wrap ErrConfig; discovery failures do not.
+// must not have one. A mustDelete entry whose group/version is served but
+// whose resource is not is refused too when that is a typo: when a served
+// resource is close to its name, or its group is a built-in one. In a CRD's
+// group with no close name it stays a skip, like a group not served at all:
+// the entry's CRD may be gone already (a run that stopped halfway and is
+// run again) while other CRDs keep the group served. These errors wrap
+// ErrConfig; discovery failures do not.
 func Resolve(mapper Mapper, entries []ResourceEntry) ([]Target, error) {
 	targets := make([]Target, 0, len(entries))
 	for i, e := range entries {
@@ -80,6 +116,9 @@ func Resolve(mapper Mapper, entries []ResourceEntry) ([]Target, error) {
 			return nil, fmt.Errorf("entry %d (%s): %w", i, e, err)
 		}
 		t.Entry = e
+		if !t.Served && t.GroupVersionServed && e.MustDelete && (t.DidYouMean != "" || builtinGroup(e.Group)) {
+			return nil, fmt.Errorf("%w: entry %d (%s): %s", ErrConfig, i, e, t.notServed())
+		}
 		if t.Served {
 			switch {
 			case t.Namespaced && e.Name != "" && e.Namespace == "":
@@ -215,7 +254,13 @@ func objName(t Target, ref objRef) string {
 func (d *deleter) target(ctx context.Context, t Target) {
 	e := t.Entry
 	if !t.Served {
-		d.record(t, e.String(), Skipped, "resource type not served by the API server")
+		if t.GroupVersionServed {
+			// Not an error, but most likely a typo: say so louder than a
+			// skip.
+			d.opts.Log.Warn("entry names a resource its group/version does not serve: a typo, or a CRD already removed",
+				"entry", e.String(), "didYouMean", t.DidYouMean, "served", t.ServedResources)
+		}
+		d.record(t, e.String(), Skipped, t.notServed())
 		return
 	}
 	ri := d.resourceInterface(t, e.Namespace)

@@ -21,7 +21,8 @@ const DefaultConfigDir = "/tmp/spectro-cleanup"
 // Options configures Run, the whole one-shot cleanup.
 type Options struct {
 	// ConfigDir holds file-config.json and resource-config.json, either of
-	// which may be absent; default DefaultConfigDir.
+	// which may be absent but not both (see LoadConfig); default
+	// DefaultConfigDir.
 	ConfigDir string
 	// AllowedRoots confine file removal; default DefaultAllowedRoot.
 	AllowedRoots []string
@@ -82,9 +83,16 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		opts.AllowedRoots = []string{DefaultAllowedRoot}
 	}
 
-	files, entries, err := LoadConfig(opts.ConfigDir)
+	cfg, err := LoadConfig(opts.ConfigDir)
 	if err != nil {
 		return sum, err
+	}
+	files, entries := cfg.Files, cfg.Resources
+	for _, name := range cfg.Absent {
+		log.Info("config file absent: nothing of its kind to delete", "dir", opts.ConfigDir, "file", name)
+	}
+	for _, u := range cfg.Unknown {
+		log.Warn("not a config file: ignored", "dir", opts.ConfigDir, "file", u)
 	}
 	if err := CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
 		return sum, err
@@ -203,6 +211,12 @@ func resolveAll(mapper Mapper, entries []ResourceEntry, self Self) ([]Target, sc
 	t, err := resolveGVR(mapper, self.GVR)
 	if err != nil {
 		return nil, schema.GroupVersionResource{}, fmt.Errorf("self object: %w", err)
+	}
+	if !t.Served {
+		// The workload runs as an object of this type: a type the API
+		// server does not serve is a mistyped --self-gvr, which would
+		// only fail after everything else was deleted.
+		return nil, schema.GroupVersionResource{}, fmt.Errorf("%w: self object: %s", ErrConfig, t.notServed())
 	}
 	if err := checkSelfScope(t, self.Namespace); err != nil {
 		return nil, schema.GroupVersionResource{}, err

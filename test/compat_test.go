@@ -1,9 +1,11 @@
 package test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,6 +121,68 @@ func TestSpectroCleanupCompat(t *testing.T) {
 		// Not a mustDelete entry: the run went on and removed itself, as
 		// spectro-cleanup does.
 		assertCleanedUp(t, cs, j)
+	})
+
+	// spectro-cleanup stopped without resource-config.json (exit 1, after
+	// the files), ignored a misnamed file-config.json, took a mistyped
+	// mustDelete resource's 404 for success, and failed on a mistyped
+	// --self-gvr only once the rest was deleted. Each is refused, before
+	// anything is deleted and before the self-cleanup.
+	t.Run("refused before anything is deleted", func(t *testing.T) {
+		tests := []struct {
+			name string
+			// setup changes the Job's config directory; it returns
+			// extra flags.
+			setup   func(t *testing.T, j *selfJob) []string
+			wantErr string
+		}{
+			{name: "no config directory", setup: func(t *testing.T, j *selfJob) []string {
+				return []string{"--config-dir=" + filepath.Join(j.configDir, "typo")}
+			}, wantErr: "does not exist"},
+			{name: "neither config file", setup: func(t *testing.T, j *selfJob) []string {
+				for _, name := range []string{"file-config.json", "resource-config.json"} {
+					if err := os.Remove(filepath.Join(j.configDir, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return nil
+			}, wantErr: "has neither file-config.json nor resource-config.json"},
+			{name: "misnamed file config", setup: func(t *testing.T, j *selfJob) []string {
+				if err := os.Rename(filepath.Join(j.configDir, "file-config.json"), filepath.Join(j.configDir, "files-config.json")); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			}, wantErr: `has no file-config.json but has \"files-config.json\" (did you mean file-config.json?)`},
+			{name: "mustDelete resource typo", setup: func(t *testing.T, j *selfJob) []string {
+				j.writeConfig(t, fmt.Sprintf("[%q]", j.file), "["+entryFor(j.ns, "spectro-cleanup-config", false)+
+					`,{"group":"apiextensions.k8s.io","version":"v1","resource":"customresourcedefinitons","name":"x.example.com","mustDelete":true}]`)
+				return nil
+			}, wantErr: `did you mean \"customresourcedefinitions\"?`},
+			{name: "self-gvr typo", setup: func(t *testing.T, j *selfJob) []string {
+				return []string{"--self-gvr=batch/v1/jbos"}
+			}, wantErr: `batch/v1 serves no resource \"jbos\": did you mean \"jobs\"?`},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				j := installSelfJob(t, cp, cs, fmt.Sprintf("compat-refused-%d", i))
+				code, stderr := runCleanupStderr(t, entry, j.args(tt.setup(t, j)...))
+				if code != 2 {
+					t.Errorf("exit %d, want 2", code)
+				}
+				if !strings.Contains(stderr, tt.wantErr) {
+					t.Errorf("stderr does not say %q:\n%s", tt.wantErr, stderr)
+				}
+				if _, err := os.Stat(j.file); err != nil {
+					t.Errorf("file removed: %v", err)
+				}
+				if !exists(t, j.ns, "spectro-cleanup-config") {
+					t.Error("the config ConfigMap was deleted")
+				}
+				if _, err := cs.BatchV1().Jobs(j.ns).Get(t.Context(), "spectro-cleanup", metav1.GetOptions{}); err != nil {
+					t.Errorf("the Job deleted itself: %v", err)
+				}
+			})
+		}
 	})
 
 	// Break 4: paths are literal unless --glob.
@@ -264,6 +328,22 @@ func TestSpectroCleanupCompat(t *testing.T) {
 			return err
 		})
 	})
+}
+
+// runCleanupStderr runs the entry point to its end and returns its exit
+// code and stderr, where a refusal is explained.
+func runCleanupStderr(t *testing.T, entry string, args []string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(entry, args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
 }
 
 // grant lets the ServiceAccount saNS/sa do verbs on configmaps in ns.

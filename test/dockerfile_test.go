@@ -242,12 +242,15 @@ func TestDockerfileBuild(t *testing.T) {
 		t.Errorf("cleanup --help:\n%s\nsweepd cleanup --help:\n%s", viaLink.String(), viaCmd.String())
 	}
 	// A spectro-cleanup manifest with neither command nor args runs the
-	// entry point alone: a cleanup with the defaults (no config mounted
-	// here: nothing to do), not sweepd's usage and exit 2.
+	// entry point alone: a cleanup with the defaults, not sweepd's usage.
+	// No config is mounted here, so it refuses to clean up nothing, as
+	// spectro-cleanup stopped without its resource-config.json.
 	bare := exec.Command(cleanup)
 	bare.Env = append(os.Environ(), "KUBECONFIG=")
-	if b, err := bare.CombinedOutput(); err != nil || !strings.Contains(string(b), "cleanup summary:") {
-		t.Errorf("cleanup without args: %v\n%s", err, b)
+	b, err := bare.CombinedOutput()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 ||
+		!strings.Contains(string(b), "refused") || !strings.Contains(string(b), "/tmp/spectro-cleanup") {
+		t.Errorf("cleanup without args: %v, want exit status 2 and a refusal that names /tmp/spectro-cleanup\n%s", err, b)
 	}
 	// A bad flag: exit 2 either way.
 	for _, args := range [][]string{{cleanup, "--no-such-flag"}, {sweepd, "cleanup", "--no-such-flag"}} {

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/sweep-k8s/sweep/internal/testbin"
 )
@@ -108,4 +111,166 @@ func lineDiff(a, b string) string {
 		}
 	}
 	return d.String()
+}
+
+// repoURL is the repository's address, as the systemd unit's
+// Documentation= links and the krew manifest give it.
+const repoURL = "https://github.com/sweep-k8s/sweep"
+
+// TestDocAnchors checks that every link to a heading, #anchor, resolves:
+// within README.md and docs/*.md, between them, and from the systemd unit's
+// Documentation= into the repository on GitHub. Anchors are GitHub's
+// (githubAnchors); a heading renamed without its links breaks here.
+func TestDocAnchors(t *testing.T) {
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := append([]string{"README.md"}, docs...)
+	anchors := map[string]map[string]bool{} // path from the repository's root
+	texts := map[string]string{}
+	for _, f := range files {
+		f = strings.TrimPrefix(f, "../")
+		data, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[f] = string(data)
+		anchors[f] = githubAnchors(string(data))
+	}
+	check := func(from, target, file, anchor string) {
+		t.Helper()
+		a, ok := anchors[file]
+		switch {
+		case !ok:
+			t.Errorf("%s: link %s: %s is not a checked document", from, target, file)
+		case !a[anchor]:
+			t.Errorf("%s: link %s: %s has no heading with the anchor #%s", from, target, file, anchor)
+		}
+	}
+	links := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for f, text := range texts {
+		for _, m := range links.FindAllStringSubmatch(withoutCodeBlocks(text), -1) {
+			target := m[1]
+			ref, anchor, ok := strings.Cut(target, "#")
+			switch {
+			case !ok:
+			case ref == "":
+				check(f, target, f, anchor)
+			case ref == repoURL:
+				check(f, target, "README.md", anchor)
+			case !strings.Contains(ref, "://") && strings.HasSuffix(ref, ".md"):
+				check(f, target, path.Clean(path.Join(path.Dir(f), ref)), anchor)
+			}
+		}
+	}
+	units, err := filepath.Glob("../systemd/*.service")
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no systemd units: %v", err)
+	}
+	for _, u := range units {
+		data, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			v, ok := strings.CutPrefix(l, "Documentation=")
+			if !ok {
+				continue
+			}
+			for _, url := range strings.Fields(v) {
+				ref, anchor, ok := strings.Cut(url, "#")
+				switch {
+				case ref == repoURL && ok:
+					check(u, url, "README.md", anchor)
+				case strings.HasPrefix(ref, repoURL+"/blob/main/") && ok:
+					check(u, url, strings.TrimPrefix(ref, repoURL+"/blob/main/"), anchor)
+				case strings.HasPrefix(ref, repoURL):
+				default:
+					t.Errorf("%s: Documentation=%s is not this repository's", u, url)
+				}
+			}
+		}
+	}
+}
+
+// withoutCodeBlocks blanks the fenced code blocks of a Markdown text, whose
+// lines are neither headings nor links.
+func withoutCodeBlocks(text string) string {
+	lines := strings.Split(text, "\n")
+	fence := ""
+	for i, l := range lines {
+		trimmed := strings.TrimSpace(l)
+		switch {
+		case fence != "":
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			lines[i] = ""
+		case strings.HasPrefix(trimmed, "```"), strings.HasPrefix(trimmed, "~~~"):
+			fence = trimmed[:3]
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// githubAnchors returns the anchors GitHub gives the ATX headings of a
+// Markdown text: githubSlug of each, with -1, -2, ... for repeats.
+func githubAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	heading := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+	for _, l := range strings.Split(withoutCodeBlocks(text), "\n") {
+		m := heading.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		slug := githubSlug(m[1])
+		if n := seen[slug]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			anchors[slug] = true
+		}
+		seen[slug]++
+	}
+	return anchors
+}
+
+// githubSlug is the anchor GitHub gives a heading: its rendered text (no
+// backticks or emphasis, a link's text only) in lower case, without
+// punctuation but hyphens and underscores, each space a hyphen.
+func githubSlug(heading string) string {
+	heading = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(heading, "$1")
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.IsMark(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestGitHubSlug(t *testing.T) {
+	tests := []struct{ heading, want string }{
+		{"With systemd", "with-systemd"},
+		{"Differences from spectro-cleanup", "differences-from-spectro-cleanup"},
+		{"CNI DEL replay (`--cni-del`, off by default)", "cni-del-replay---cni-del-off-by-default"},
+		{"Multus cache prune (`sweepd prune`, `sweepd daemon`)", "multus-cache-prune-sweepd-prune-sweepd-daemon"},
+		{`What "never deletes what is in use" rests on`, "what-never-deletes-what-is-in-use-rests-on"},
+		{"kubectl create transient_configmap", "kubectl-create-transient_configmap"},
+		{"Cleanup: 1,000 ConfigMaps (issue 5)", "cleanup-1000-configmaps-issue-5"},
+		{"A [linked](https://example.invalid) *word*", "a-linked-word"},
+	}
+	for _, tt := range tests {
+		if got := githubSlug(tt.heading); got != tt.want {
+			t.Errorf("githubSlug(%q) = %q, want %q", tt.heading, got, tt.want)
+		}
+	}
+	if a := githubAnchors("# A\n## A\n```\n# not a heading\n```\n### A ###\n"); !a["a"] || !a["a-1"] || !a["a-2"] || a["not-a-heading"] {
+		t.Errorf("anchors %v: want a, a-1, a-2 and no heading from the code block", a)
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,20 +20,26 @@ import (
 )
 
 // TestReleaseArchives runs hack/release.sh (make release) for this machine's
-// platform only, twice: the archive holds the license and the plugin, the
-// checksums file and the krew manifest agree with it, the binary carries the
-// version, and a second build gives the same bytes. Only this platform
-// because a cold cross build of client-go takes many minutes on a loaded
-// CI machine; the other platforms differ by GOOS/GOARCH and, for windows,
-// the .exe suffix.
+// platform only, twice: each archive holds the license and its files (the
+// plugin; sweepd with its systemd unit and environment file), with
+// normalized modes, the checksums file and the krew manifest agree with
+// them, the binaries carry the version, and a second build gives the same
+// bytes. Only this platform because a cold cross build of client-go takes
+// many minutes on a loaded CI machine; the other platforms differ by
+// GOOS/GOARCH and, for windows, the .exe suffix.
 func TestReleaseArchives(t *testing.T) {
 	const version = "v0.0.0-releasetest"
 	host := runtime.GOOS + "/" + runtime.GOARCH
+	// sweepd is released for Linux only (amd64 and arm64).
+	sweepdPlatforms := ""
+	if runtime.GOOS == "linux" {
+		sweepdPlatforms = host
+	}
 	build := func(dist string) {
 		t.Helper()
 		cmd := exec.Command("hack/release.sh")
 		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "PLATFORMS="+host,
+		cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "PLATFORMS="+host, "SWEEPD_PLATFORMS="+sweepdPlatforms,
 			"BASE_URL=https://example.invalid/dl")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("hack/release.sh: %v\n%s", err, out)
@@ -44,8 +52,16 @@ func TestReleaseArchives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{} // archive -> binary in it
-	want["kubectl-create-transient_configmap-"+version+"-"+runtime.GOOS+"-"+runtime.GOARCH+".tar.gz"] = "kubectl-create-transient_configmap"
+	suffix := "-" + version + "-" + runtime.GOOS + "-" + runtime.GOARCH + ".tar.gz"
+	pluginArchive := "kubectl-create-transient_configmap" + suffix
+	sweepdArchive := "sweepd" + suffix
+	// archive -> its files, in order, with their modes
+	want := map[string][]string{
+		pluginArchive: {"LICENSE 644", "kubectl-create-transient_configmap 755"},
+	}
+	if sweepdPlatforms != "" {
+		want[sweepdArchive] = []string{"LICENSE 644", "sweepd 755", "sweepd.env 644", "sweepd.service 644"}
+	}
 	listed := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
 		sum, archive, ok := strings.Cut(line, "  ")
@@ -57,7 +73,7 @@ func TestReleaseArchives(t *testing.T) {
 	if len(listed) != len(want) {
 		t.Fatalf("checksums for %v, want %v", listed, want)
 	}
-	for archive, bin := range want {
+	for archive, files := range want {
 		data, err := os.ReadFile(filepath.Join(dist, archive))
 		if err != nil {
 			t.Fatal(err)
@@ -66,16 +82,34 @@ func TestReleaseArchives(t *testing.T) {
 		if got := hex.EncodeToString(h[:]); got != listed[archive] {
 			t.Errorf("%s: sha256 %s, checksums.txt says %s", archive, got, listed[archive])
 		}
-		files := untar(t, filepath.Join(dist, archive), filepath.Join(dist, "x", archive))
-		if strings.Join(files, " ") != "LICENSE "+bin {
-			t.Errorf("%s holds %v, want LICENSE and %s", archive, files, bin)
+		if got := untar(t, filepath.Join(dist, archive), filepath.Join(dist, "x", archive)); !slices.Equal(got, files) {
+			t.Errorf("%s holds %q, want %q", archive, got, files)
 		}
 	}
-	// The host's binary runs and carries the version.
-	hostArchive := "kubectl-create-transient_configmap-" + version + "-" + runtime.GOOS + "-" + runtime.GOARCH + ".tar.gz"
-	out, err := exec.Command(filepath.Join(dist, "x", hostArchive, "kubectl-create-transient_configmap"), "--version").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), version) {
-		t.Errorf("--version: %v: %s", err, out)
+	// The host's binaries run and carry the version.
+	run := [][]string{{filepath.Join(dist, "x", pluginArchive, "kubectl-create-transient_configmap"), "--version"}}
+	if sweepdPlatforms != "" {
+		run = append(run, []string{filepath.Join(dist, "x", sweepdArchive, "sweepd"), "version"})
+		// The unit and its environment file are the repository's.
+		for _, f := range []string{"sweepd.service", "sweepd.env"} {
+			got, err := os.ReadFile(filepath.Join(dist, "x", sweepdArchive, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			repo, err := os.ReadFile(filepath.Join("..", "systemd", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(repo) {
+				t.Errorf("%s in the archive differs from systemd/%s", f, f)
+			}
+		}
+	}
+	for _, c := range run {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), version) {
+			t.Errorf("%s %s: %v: %s", filepath.Base(c[0]), c[1], err, out)
+		}
 	}
 
 	// The krew manifest names every archive with its checksum.
@@ -105,12 +139,12 @@ func TestReleaseArchives(t *testing.T) {
 		t.Fatalf("manifest: %v\n%s", err, data)
 	}
 	if manifest.Kind != "Plugin" || manifest.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" ||
-		manifest.Metadata.Name != "create-transient_configmap" || manifest.Spec.Version != version || len(manifest.Spec.Platforms) != len(want) {
+		manifest.Metadata.Name != "create-transient_configmap" || manifest.Spec.Version != version || len(manifest.Spec.Platforms) != 1 {
 		t.Fatalf("manifest:\n%s", data)
 	}
 	for _, p := range manifest.Spec.Platforms {
 		archive := strings.TrimPrefix(p.URI, "https://example.invalid/dl/")
-		if listed[archive] == "" || p.SHA256 != listed[archive] || p.Bin != want[archive] ||
+		if archive != pluginArchive || p.SHA256 != listed[archive] || p.Bin != "kubectl-create-transient_configmap" ||
 			!strings.Contains(archive, "-"+p.Selector.MatchLabels["os"]+"-"+p.Selector.MatchLabels["arch"]+".tar.gz") {
 			t.Errorf("manifest platform %+v does not match the archives %v", p, listed)
 		}
@@ -128,7 +162,8 @@ func TestReleaseArchives(t *testing.T) {
 	}
 }
 
-// untar extracts a .tar.gz into dir and returns the names in it.
+// untar extracts a .tar.gz into dir and returns its entries as "NAME MODE"
+// (octal permission bits).
 func untar(t *testing.T, archive, dir string) []string {
 	t.Helper()
 	f, err := os.Open(archive)
@@ -141,16 +176,16 @@ func untar(t *testing.T, archive, dir string) []string {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(zr)
-	var names []string
+	var entries []string
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return names
+			return entries
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
+		entries = append(entries, fmt.Sprintf("%s %o", h.Name, h.Mode&0o7777))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -2,12 +2,14 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,29 +56,207 @@ func TestSystemdUnitVerify(t *testing.T) {
 	}
 }
 
-// TestSystemdEnvFile checks that the example environment file's
-// SWEEPD_ARGS, split on white space as systemd splits $SWEEPD_ARGS, are
-// flags sweepd daemon accepts: it gets past flag parsing (exit 1 for the
-// missing kubeconfig, not 2 for usage).
-func TestSystemdEnvFile(t *testing.T) {
-	data, err := os.ReadFile("../systemd/sweepd.env")
+// TestSystemdExecStart expands the unit's ExecStart= as systemd does, with
+// the unit's Environment= and the example environment file (or a variant of
+// it), and runs sweepd daemon with the result: the schedule is one argument
+// whatever its spaces, and every flag is accepted (exit 1 for the missing
+// kubeconfig, not 2 for usage).
+func TestSystemdExecStart(t *testing.T) {
+	unit, err := os.ReadFile("../systemd/sweepd.service")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "SWEEPD_ARGS="); ok {
-			args = strings.Fields(v)
+	envFile, err := os.ReadFile("../systemd/sweepd.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+
+	// The unit's default is the daemon's, so that an environment file
+	// without SWEEPD_SCHEDULE changes nothing.
+	help, _ := exec.Command(sweepd, "daemon", "--help").CombinedOutput()
+	m := regexp.MustCompile(`-schedule string\s+[^\n]*\(default "([^"]+)"\)`).FindSubmatch(help)
+	if m == nil {
+		t.Fatalf("no --schedule default in sweepd daemon --help:\n%s", help)
+	}
+	daemonDefault := string(m[1])
+
+	tests := []struct {
+		name string
+		// env is the environment file's content.
+		env          string
+		wantSchedule string
+	}{
+		{name: "the example file", env: string(envFile), wantSchedule: "@hourly"},
+		{name: "a five-field cron spec", env: string(envFile) + "\nSWEEPD_SCHEDULE=\"*/20 * * * *\"\n", wantSchedule: "*/20 * * * *"},
+		{name: "a descriptor with a space, unquoted", env: "SWEEPD_SCHEDULE=@every 30m\n", wantSchedule: "@every 30m"},
+		{name: "no file: the daemon's default", wantSchedule: daemonDefault},
+		// Files written before SWEEPD_SCHEDULE keep their schedule.
+		{name: "a schedule in SWEEPD_ARGS wins", env: "SWEEPD_ARGS=--schedule=@daily --min-age=15m\n", wantSchedule: "@daily"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv, err := unitExecStart(string(unit), tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("argv %q", argv)
+			var schedules []string
+			for i, a := range argv {
+				if v, ok := strings.CutPrefix(a, "--schedule="); ok {
+					schedules = append(schedules, v)
+				}
+				// A scratch state directory: the daemon is not to write the
+				// host's /var/lib/sweepd.
+				if strings.HasPrefix(a, "--state-dir=") {
+					argv[i] = "--state-dir=" + t.TempDir()
+				}
+			}
+			// As the flag package takes it: the last one wins.
+			if len(schedules) == 0 || schedules[len(schedules)-1] != tt.wantSchedule {
+				t.Fatalf("schedules %q, want the last to be %q", schedules, tt.wantSchedule)
+			}
+			if argv[0] != "/usr/local/bin/sweepd" || argv[1] != "daemon" {
+				t.Fatalf("argv %q: want /usr/local/bin/sweepd daemon", argv)
+			}
+			cmd := exec.Command(sweepd, append(argv[1:], "--node-name=node-a", "--kubeconfig=/nonexistent/kubeconfig")...)
+			out, err := cmd.CombinedOutput()
+			if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "no kubernetes access") {
+				t.Fatalf("sweepd %q: %v, want exit 1 for the missing kubeconfig:\n%s", argv[1:], err, out)
+			}
+		})
+	}
+}
+
+// TestUnitExecStart pins the expansion rules of systemd.service(5) that
+// TestSystemdExecStart relies on.
+func TestUnitExecStart(t *testing.T) {
+	tests := []struct {
+		name, unit, env string
+		want            []string
+	}{
+		{name: "$VAR splits at white space", unit: "Environment=A=x\nExecStart=/bin/c $A\n", env: "A=one  two\n", want: []string{"/bin/c", "one", "two"}},
+		{name: "an empty $VAR is no argument", unit: "Environment=A=\nExecStart=/bin/c $A end\n", want: []string{"/bin/c", "end"}},
+		{name: "${VAR} is one argument", unit: "ExecStart=/bin/c --s=${A}\n", env: "A='0 * * * *'\n", want: []string{"/bin/c", "--s=0 * * * *"}},
+		{name: "quoted words", unit: `ExecStart=/bin/c "a b" 'c d' e\"f` + "\n", want: []string{"/bin/c", "a b", "c d", `e"f`}},
+		{name: "the file overrides Environment=", unit: "Environment=\"A=a b\" B=c\nExecStart=/bin/c ${A} ${B}\n", env: "# comment\n; comment\nA=\"x y\"\n", want: []string{"/bin/c", "x y", "c"}},
+		{name: "an unset variable", unit: "ExecStart=/bin/c ${NONE} $NONE\n", want: []string{"/bin/c", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := unitExecStart(tt.unit, tt.env)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// unitExecStart returns the argv systemd runs for a unit's ExecStart=, with
+// the unit's Environment= lines overridden by env, an EnvironmentFile=. It
+// implements what the unit uses of systemd.service(5): words split at white
+// space, with single and double quotes and backslash escapes; a word that
+// is just $VAR becomes the value split at white space, zero or more
+// arguments; ${VAR} elsewhere is replaced in its word, which stays one
+// argument.
+func unitExecStart(unit, env string) ([]string, error) {
+	vars := map[string]string{}
+	var execStart []string
+	for _, l := range strings.Split(unit, "\n") {
+		switch {
+		case strings.HasPrefix(l, "Environment="):
+			words, err := splitUnitWords(strings.TrimPrefix(l, "Environment="))
+			if err != nil {
+				return nil, err
+			}
+			for _, w := range words {
+				k, v, _ := strings.Cut(w, "=")
+				vars[k] = v
+			}
+		case strings.HasPrefix(l, "ExecStart="):
+			var err error
+			if execStart, err = splitUnitWords(strings.TrimPrefix(l, "ExecStart=")); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if len(args) == 0 {
-		t.Fatal("sweepd.env sets no SWEEPD_ARGS")
+	if execStart == nil {
+		return nil, errors.New("no ExecStart=")
 	}
-	cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), append(append([]string{"daemon"}, args...), "--node-name=node-a", "--kubeconfig=/nonexistent/kubeconfig")...)
-	out, err := cmd.CombinedOutput()
-	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "no kubernetes access") {
-		t.Fatalf("sweepd daemon %s: %v, want exit 1 for the missing kubeconfig:\n%s", strings.Join(args, " "), err, out)
+	for _, l := range strings.Split(env, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || l[0] == '#' || l[0] == ';' {
+			continue
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			return nil, fmt.Errorf("environment file line %q", l)
+		}
+		// A quoted value loses its quotes; an unquoted one keeps its
+		// inner white space.
+		words, err := splitUnitWords(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 && (v[0] == '"' || v[0] == '\'') {
+			v = strings.Join(words, " ")
+		}
+		vars[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
+	braced := regexp.MustCompile(`\$\{(\w+)\}`)
+	var argv []string
+	for _, w := range execStart {
+		if name, ok := strings.CutPrefix(w, "$"); ok && regexp.MustCompile(`^\w+$`).MatchString(name) {
+			argv = append(argv, strings.Fields(vars[name])...)
+			continue
+		}
+		argv = append(argv, braced.ReplaceAllStringFunc(w, func(m string) string { return vars[m[2:len(m)-1]] }))
+	}
+	return argv, nil
+}
+
+// splitUnitWords splits a unit file's value into words as systemd does:
+// at white space, except inside single or double quotes, with a backslash
+// escaping the next character.
+func splitUnitWords(s string) ([]string, error) {
+	var (
+		words  []string
+		cur    strings.Builder
+		inWord bool
+		quote  rune
+		escape bool
+	)
+	for _, r := range s {
+		switch {
+		case escape:
+			cur.WriteRune(r)
+			escape, inWord = false, true
+		case r == '\\':
+			escape, inWord = true, true
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '"' || r == '\'':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 || escape {
+		return nil, fmt.Errorf("unterminated quote or escape in %q", s)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
 }
 
 // TestSystemdUnitSecurity keeps the unit's hardening: exposure at most 2.0 on

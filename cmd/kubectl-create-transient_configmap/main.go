@@ -15,14 +15,10 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
-	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
 	// Kubeconfigs with the legacy auth-provider oidc (still common with
@@ -30,8 +26,6 @@ import (
 	// package registers itself, which is the only way client-go offers.
 	_ "k8s.io/client-go/plugin/pkg/client/auth/oidc"
 
-	"github.com/sweep-k8s/sweep/internal/logging"
-	"github.com/sweep-k8s/sweep/internal/version"
 	"github.com/sweep-k8s/sweep/transient"
 )
 
@@ -95,8 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop()
 	}()
 
-	code := exitOK
-	cmd := newCommand(stdout, stderr, &code)
+	cmd := NewCmdCreateTransientConfigMap(genericiooptions.IOStreams{In: os.Stdin, Out: stdout, ErrOut: stderr})
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
@@ -113,158 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
-	return code
-}
-
-func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
-	kube := genericclioptions.NewConfigFlags(true)
-	var (
-		src       transient.Sources
-		opts      transient.Options
-		jobFrom   string
-		logFormat string
-		logLevel  string
-		verbosity int
-		dryRun    string
-	)
-	printFlags := genericclioptions.NewPrintFlags("created").WithTypeSetter(scheme.Scheme)
-	cmd := &cobra.Command{
-		Use:   "transient_configmap NAME --job-name=JOB (--job-from=cronjob/CRONJOB | --job-image=IMAGE [-- COMMAND [ARG...]]) [--from-literal=KEY=VALUE] [--from-file=[KEY=]SOURCE] [--from-env-file=PATH]",
-		Short: "Run a Job with a ConfigMap that is deleted with the Job",
-		Long: `Create a Job (not started yet), a ConfigMap owned by that Job, start the Job,
-wait until it completes or fails, then delete the Job; the garbage collector
-deletes the ConfigMap with it. Because the ConfigMap is owned by the Job it
-cannot outlive it, even if this command is killed: a Job that was not started
-fails after 3 request timeouts + 5s and goes at once, a started one goes
---ttl-after-finished after it finishes (at the latest at --timeout), and the
-ConfigMap with it.
-
-Exit status: 0 when the Job completed, 1 when it failed or a request failed,
-2 for a usage error, 124 when --timeout ran out, 130 when interrupted (SIGINT
-or SIGTERM; the Job is deleted first).`,
-		Example:               example,
-		DisableFlagsInUseLine: true,
-		SilenceErrors:         true,
-		SilenceUsage:          true,
-		Annotations:           map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl create transient_configmap"},
-		Version:               version.Version(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			positional, command := args, []string(nil)
-			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
-				positional, command = args[:dash], args[dash:]
-			}
-			if len(positional) != 1 {
-				return usageError{fmt.Errorf("exactly one NAME is required, got %d arguments before --", len(positional))}
-			}
-			opts.ConfigMapName = positional[0]
-			opts.Command = command
-			if jobFrom != "" {
-				name, err := transient.ParseJobFrom(jobFrom)
-				if err != nil {
-					return usageError{err}
-				}
-				opts.CronJob = name
-			}
-			strategy, warning, err := parseDryRun(dryRun)
-			if err != nil {
-				return usageError{err}
-			}
-			if warning != "" {
-				fmt.Fprintln(stderr, "Warning: "+warning)
-			}
-			if strategy == dryRunNone && printFlags.OutputFlagSpecified() {
-				return usageError{errors.New("--output needs --dry-run=client or --dry-run=server: a run prints its steps, not the objects")}
-			}
-			log, err := logging.Setup(stderr, logFormat, effectiveLevel(logLevel, verbosity))
-			if err != nil {
-				return usageError{err}
-			}
-			if err := setKlogVerbosity(verbosity); err != nil {
-				return usageError{err}
-			}
-			ns, _, err := kube.ToRawKubeConfigLoader().Namespace()
-			if err != nil {
-				return fmt.Errorf("namespace: %w", err)
-			}
-			opts.Namespace = ns
-			if err := opts.Validate(); err != nil {
-				return usageError{err}
-			}
-			opts.Data, err = src.Load(os.Getenv)
-			if err != nil {
-				return usageError{err}
-			}
-			cfg, err := kube.ToRESTConfig()
-			if err != nil {
-				return fmt.Errorf("kubernetes client config: %w", err)
-			}
-			cfg.UserAgent = "kubectl-create-transient_configmap/" + version.Version()
-			// The server's warnings (deprecations, admission warnings) as
-			// kubectl prints them, not as log lines.
-			cfg.WarningHandler = rest.NewWarningWriter(stderr, rest.WarningWriterOptions{Deduplicate: true})
-			// kubectl's --request-timeout also bounds each of the plugin's
-			// requests, and with them the setup deadline of the Job.
-			var requestTimeout time.Duration
-			if kube.Timeout != nil && *kube.Timeout != "" && *kube.Timeout != "0" {
-				// As kubectl: whole seconds, or a duration with a unit.
-				d, err := time.ParseDuration(*kube.Timeout)
-				if n, aerr := strconv.Atoi(*kube.Timeout); aerr == nil {
-					d, err = time.Duration(n)*time.Second, nil
-				}
-				if err != nil {
-					return usageError{fmt.Errorf("--request-timeout: %w", err)}
-				}
-				requestTimeout = d
-			}
-			// The runner bounds each request itself (RequestTimeout); as the
-			// client's timeout --request-timeout would also cut the Job's
-			// watch and the --logs streams, which last as long as the Job.
-			cfg.Timeout = 0
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return fmt.Errorf("kubernetes client: %w", err)
-			}
-			r := &transient.Runner{Client: cs, Out: stdout, ErrOut: stderr, Log: log, RequestTimeout: requestTimeout}
-			if step := os.Getenv(pauseAtEnv); step != "" {
-				r.AtStep = pauseAt(step, stderr)
-			}
-			if strategy != dryRunNone {
-				return printDryRun(cmd.Context(), r, opts, strategy, printFlags, stdout)
-			}
-			return r.Run(cmd.Context(), opts)
-		},
-	}
-	// Cobra's default `completion` subcommand would take the NAME
-	// "completion" away; kubectl completes plugins through
-	// kubectl_complete-* executables, not through the plugin itself.
-	cmd.CompletionOptions.DisableDefaultCmd = true
-	cmd.SetOut(stdout)
-	cmd.SetErr(stderr)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-
-	f := cmd.Flags()
-	f.StringArrayVar(&src.Literals, "from-literal", nil, "a KEY=VALUE pair for the ConfigMap (repeatable)")
-	f.StringSliceVar(&src.Files, "from-file", nil, "[KEY=]PATH of a file for the ConfigMap; a directory adds each regular file in it under its base name (repeatable)")
-	f.StringSliceVar(&src.EnvFiles, "from-env-file", nil, "PATH of a file of KEY=VALUE lines for the ConfigMap (repeatable)")
-	f.StringVar(&opts.JobName, "job-name", "", "name of the Job to create (required)")
-	f.StringVar(&jobFrom, "job-from", "", "cronjob/NAME: create the Job from this CronJob's job template")
-	f.StringVar(&opts.Image, "job-image", "", "create the Job from this image; the command follows --")
-	f.DurationVar(&opts.Timeout, "timeout", 0, "how long to wait for the Job to finish before deleting it; 0 waits as long as it runs")
-	f.DurationVar(&opts.TTLAfterFinished, "ttl-after-finished", 10*time.Minute, "ttlSecondsAfterFinished of the Job: how long a finished Job and its ConfigMap stay if this command is no longer there to delete them")
-	f.BoolVar(&opts.Logs, "logs", false, "stream the logs of the Job's pods")
-	f.StringVar(&dryRun, "dry-run", "none", `Must be "none", "server", or "client". If client strategy, only print the Job and the ConfigMap that would be sent, without sending them. If server strategy, submit server-side requests without persisting them. Nothing is created either way.`)
-	f.Lookup("dry-run").NoOptDefVal = dryRunUnchanged
-	f.BoolVar(&opts.Isolate, "isolate", false, "give the ConfigMap a unique name and point the Job's pod template at it, so that no other run of the CronJob sees it")
-	f.StringVar(&logFormat, "log-format", "text", "format of diagnostics on stderr: text or json")
-	f.StringVar(&logLevel, "log-level", "warn", "level of diagnostics on stderr: debug, info, warn or error")
-	// -v is kubectl's (klog's) verbosity, not --version: 2 logs the steps'
-	// details, 4 debug diagnostics, 6 and up every request to the API server
-	// as kubectl prints them. Defined before cobra adds --version, which then
-	// gets no shorthand.
-	f.IntVarP(&verbosity, "v", "v", 0, "number for the log level verbosity, as in kubectl: 2 info, 4 debug, 6 and up the API requests (6 URLs, 7 headers, 8 bodies)")
-	kube.AddFlags(f)
-	printFlags.AddFlags(cmd)
-	return cmd
+	return exitOK
 }
 
 // dryRunStrategy is kubectl's --dry-run.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -131,5 +132,30 @@ func TestOIDCAuthProvider(t *testing.T) {
 	code := run([]string{"cfg", "--kubeconfig=" + path, "--job-name=j", "--job-image=busybox", "--request-timeout=5s"}, &stdout, &stderr)
 	if code != exitFail || !strings.Contains(stderr.String(), "error: create job:") || strings.Contains(stderr.String(), "Auth Provider") {
 		t.Fatalf("exit %d, want 1 from the unreachable server\n%s", code, &stderr)
+	}
+}
+
+func TestParseRequestTimeout(t *testing.T) {
+	str := func(s string) *string { return &s }
+	tests := []struct {
+		name string
+		in   *string
+		want time.Duration
+		ok   bool
+	}{
+		{"unset", nil, 0, true},
+		{"empty", str(""), 0, true},
+		{"zero: no timeout", str("0"), 0, true},
+		{"whole seconds", str("5"), 5 * time.Second, true},
+		{"with a unit", str("1m30s"), 90 * time.Second, true},
+		{"garbage", str("soon"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseRequestTimeout(tt.in)
+			if got != tt.want || (err == nil) != tt.ok {
+				t.Errorf("parseRequestTimeout = %v, %v; want %v, ok %v", got, err, tt.want, tt.ok)
+			}
+		})
 	}
 }

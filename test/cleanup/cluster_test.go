@@ -487,15 +487,38 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		}
 	})
 
-	// Nothing is deleted, files included, when the config is refused.
+	// Nothing is deleted, files included, when the config is refused. In
+	// resources, {ns} is the subtest's namespace, whose ConfigMap victim
+	// the config would delete.
 	refusals := []struct {
-		name, files, resources string
-		outsidePath            bool
+		name, resources string
+		outsidePath     bool
+		wantErr         string
 	}{
-		{name: "typo key", resources: `[{"version":"v1","resource":"configmaps","nmae":"victim","namespace":"r-typo"}]`},
-		{name: "named namespaced entry without namespace", resources: `[{"version":"v1","resource":"configmaps","name":"victim"}]`},
-		{name: "namespace on cluster-scoped type", resources: `[{"group":"rbac.authorization.k8s.io","version":"v1","resource":"clusterroles","name":"x","namespace":"r-ns"}]`},
-		{name: "out-of-root path", outsidePath: true, resources: `[{"version":"v1","resource":"configmaps","namespace":"r-root"}]`},
+		{name: "typo key", resources: `[{"version":"v1","resource":"configmaps","nmae":"victim","namespace":"{ns}"}]`, wantErr: `unknown key "nmae"`},
+		{name: "named namespaced entry without namespace", resources: `[{"version":"v1","resource":"configmaps","name":"victim"}]`, wantErr: "needs a namespace"},
+		{name: "namespace on cluster-scoped type", resources: `[{"group":"rbac.authorization.k8s.io","version":"v1","resource":"clusterroles","name":"x","namespace":"{ns}"}]`, wantErr: "cluster-scoped"},
+		{name: "out-of-root path", outsidePath: true, resources: `[{"version":"v1","resource":"configmaps","namespace":"{ns}"}]`, wantErr: "not under"},
+		// A typo that would skip the entry the run depends on: the CRD
+		// would stay, with its custom resources' operator deleted.
+		{name: "mustDelete resource typo", resources: `[
+			{"version":"v1","resource":"configmaps","name":"victim","namespace":"{ns}"},
+			{"group":"apiextensions.k8s.io","version":"v1","resource":"customresourcedefinitons","name":"widgets.example.com","mustDelete":true}]`,
+			wantErr: `apiextensions.k8s.io/v1 serves no resource "customresourcedefinitons": did you mean "customresourcedefinitions"?`},
+		{name: "mustDelete short name", resources: `[
+			{"version":"v1","resource":"configmaps","name":"victim","namespace":"{ns}"},
+			{"group":"apiextensions.k8s.io","version":"v1","resource":"crds","name":"widgets.example.com","mustDelete":true}]`,
+			wantErr: `did you mean "customresourcedefinitions"?`},
+		{name: "mustDelete custom resource typo", resources: `[
+			{"version":"v1","resource":"configmaps","name":"victim","namespace":"{ns}"},
+			{"group":"example.com","version":"v1","resource":"gadgtes","mustDelete":true}]`,
+			wantErr: `example.com/v1 serves no resource "gadgtes": did you mean "gadgets"?`},
+		// No close name, but the core group's resources never come and
+		// go: deployments are in apps.
+		{name: "mustDelete entry in the wrong built-in group", resources: `[
+			{"version":"v1","resource":"configmaps","name":"victim","namespace":"{ns}"},
+			{"version":"v1","resource":"deployments","name":"d","namespace":"{ns}","mustDelete":true}]`,
+			wantErr: `v1 serves no resource "deployments"; it serves `},
 	}
 	for i, r := range refusals {
 		t.Run("refused "+r.name, func(t *testing.T) {
@@ -516,14 +539,10 @@ func TestRunAgainstControlPlane(t *testing.T) {
 				}
 				files = append(files, outside)
 			}
-			resources := strings.ReplaceAll(r.resources, `"namespace":"r-`, `"namespace":"`+ns+`","x-ignore":"`)
-			resources = strings.ReplaceAll(resources, `,"x-ignore":"typo"`, ``)
-			resources = strings.ReplaceAll(resources, `,"x-ignore":"root"`, ``)
-			resources = strings.ReplaceAll(resources, `,"x-ignore":"ns"`, ``)
-			dir := writeConfig(t, fmt.Sprintf("[%q%s]", files[0], tail(files)), resources)
+			dir := writeConfig(t, fmt.Sprintf("[%q%s]", files[0], tail(files)), strings.ReplaceAll(r.resources, "{ns}", ns))
 			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
-			if !errors.Is(err, cleanup.ErrConfig) {
-				t.Fatalf("Run error = %v, want ErrConfig", err)
+			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
+				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
 			}
 			t.Logf("refused: %v", err)
 			if n := len(sum.Records()); n != 0 {
@@ -537,6 +556,101 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			}
 		})
 	}
+
+	// A config directory that asks for nothing, or for less than it was
+	// meant to, is refused before anything is deleted.
+	dirRefusals := []struct {
+		name string
+		// files are written into the directory under these names; nil:
+		// no directory.
+		files   map[string]string
+		wantErr string
+	}{
+		{name: "no directory", wantErr: "does not exist"},
+		{name: "empty directory", files: map[string]string{}, wantErr: "has neither file-config.json nor resource-config.json"},
+		{name: "misnamed file config", files: map[string]string{"files-config.json": "{file}", cleanup.ResourceConfigName: "{resources}"},
+			wantErr: `has no file-config.json but has "files-config.json" (did you mean file-config.json?)`},
+		{name: "misnamed resource config", files: map[string]string{cleanup.FileConfigName: "{file}", "resource-config.yaml": "{resources}"},
+			wantErr: `has no resource-config.json but has "resource-config.yaml" (did you mean resource-config.json?)`},
+	}
+	for i, r := range dirRefusals {
+		t.Run("refused "+r.name, func(t *testing.T) {
+			ns := fmt.Sprintf("rd%d", i)
+			c.namespace(t, ns)
+			c.configMap(t, ns, "victim", nil)
+			host := t.TempDir()
+			victim := filepath.Join(host, "victim")
+			if err := os.WriteFile(victim, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "config")
+			if r.files != nil {
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, data := range r.files {
+				data = strings.NewReplacer("{file}", fmt.Sprintf("[%q]", victim),
+					"{resources}", fmt.Sprintf(`[{"version":"v1","resource":"configmaps","name":"victim","namespace":%q}]`, ns)).Replace(data)
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
+			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
+				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
+			}
+			t.Logf("refused: %v", err)
+			if n := len(sum.Records()); n != 0 {
+				t.Fatalf("%d records after a refusal, want none", n)
+			}
+			if _, err := os.Stat(victim); err != nil {
+				t.Fatalf("file removed despite the refusal: %v", err)
+			}
+			if !c.exists(t, cmGVR, ns, "victim") {
+				t.Fatal("ConfigMap deleted despite the refusal")
+			}
+		})
+	}
+
+	// Without mustDelete a typo only skips its entry, but says what it
+	// most likely meant. In a CRD's group, a mustDelete entry with no
+	// close name is a skip too: its CRD may be gone already while the
+	// group's others remain, as when a run that stopped halfway is run
+	// again.
+	t.Run("unserved resources in served groups", func(t *testing.T) {
+		c.namespace(t, "ty1")
+		c.configMap(t, "ty1", "victim", nil)
+		c.configMap(t, "ty1", "after", nil)
+		dir := writeConfig(t, "", `[
+			{"version":"v1","resource":"confimaps","name":"victim","namespace":"ty1"},
+			{"group":"example.com","version":"v1","resource":"sprockets","mustDelete":true},
+			{"version":"v1","resource":"configmaps","name":"after","namespace":"ty1","mustDelete":true}
+		]`)
+		sum, err := cleanup.Run(t.Context(), c.options(dir))
+		logSummary(t, sum)
+		if err != nil || sum.MustFailed() || sum.Count("", cleanup.Failed) != 0 {
+			t.Fatalf("Run: %v, failed %d", err, sum.Count("", cleanup.Failed))
+		}
+		want := map[string]string{
+			"confimaps/v1 ty1/victim":    `v1 serves no resource "confimaps": did you mean "configmaps"?`,
+			"sprockets.example.com/v1 *": `example.com/v1 serves no resource "sprockets"; it serves gadgets, widgets`,
+		}
+		for _, rec := range sum.Records() {
+			if w, ok := want[rec.Object]; ok {
+				if rec.Outcome != cleanup.Skipped || rec.Reason != w {
+					t.Errorf("%s: %s (%s), want skipped (%s)", rec.Object, rec.Outcome, rec.Reason, w)
+				}
+				delete(want, rec.Object)
+			}
+		}
+		for o := range want {
+			t.Errorf("no record for %s", o)
+		}
+		if !c.exists(t, cmGVR, "ty1", "victim") || c.exists(t, cmGVR, "ty1", "after") {
+			t.Errorf("victim exists %v (want true), after exists %v (want false)", c.exists(t, cmGVR, "ty1", "victim"), c.exists(t, cmGVR, "ty1", "after"))
+		}
+	})
 
 	t.Run("dry run", func(t *testing.T) {
 		c.namespace(t, "d1")
