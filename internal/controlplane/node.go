@@ -74,6 +74,11 @@ type Node struct {
 	containerd, kubelet *process
 	ctrPath             string
 	v2                  bool
+	// containerdPath, containerdEnv and containerdConfig are how start ran
+	// the node's containerd: StartSpareContainerd runs another the same way.
+	containerdPath   string
+	containerdEnv    []string
+	containerdConfig string
 	// natRules are the iptables rules start added, for teardown.
 	natRules [][]string
 }
@@ -166,10 +171,6 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	binDir, err := CNIBinDir()
-	if err != nil {
-		return err
-	}
 	// The default route through the bridge lets pods reach NodeIP and,
 	// through the DNAT below, the kubernetes Service.
 	conflist := fmt.Sprintf(`{
@@ -185,14 +186,13 @@ func (n *Node) start() error {
 	if err := os.WriteFile(filepath.Join(n.CNIConfDir, "10-sweep-node.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
-	cd := filepath.Join(n.Dir, "containerd")
 	// restrict_oom_score_adj: this machine refuses to lower a process's
 	// oom_score_adj, and runc then fails every sandbox ("can't get final
 	// child's PID from pipe"). The pods' network namespaces are mounted in
 	// the node's own state directory, not in the machine's /var/run/netns.
 	// NRI and tracing are off: NRI's socket would be the machine's.
 	template := containerd16Config
-	path, ctrPath, env := "", "", []string(nil)
+	path, ctrPath, env, err := "", "", []string(nil), error(nil)
 	if n.v2 {
 		template = containerd2Config
 		if path, err = Binary("containerd"); err != nil {
@@ -213,19 +213,10 @@ func (n *Node) start() error {
 		}
 		n.Runtime = "containerd 1.6 (Debian)"
 	}
-	n.ctrPath = ctrPath
-	config := strings.NewReplacer(
-		"$ROOT", filepath.Join(cd, "root"), "$STATE", filepath.Join(cd, "state"),
-		"$SOCKET", n.Socket, "$OPT", filepath.Join(cd, "opt"), "$PAUSE", PauseImage,
-		"$CNIBIN", binDir, "$CNICONF", n.CNIConfDir,
-	).Replace(template)
-	configPath := filepath.Join(n.Dir, "containerd.toml")
-	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+	n.ctrPath, n.containerdPath, n.containerdEnv, n.containerdConfig = ctrPath, path, env, template
+	if n.containerd, err = n.newContainerd("containerd", filepath.Join(n.Dir, "containerd"), n.Socket, n.CNIConfDir,
+		filepath.Join(n.Dir, "containerd.toml"), filepath.Join(n.Dir, "containerd.log")); err != nil {
 		return err
-	}
-	n.containerd = &process{
-		name: "containerd", path: path, logPath: filepath.Join(n.Dir, "containerd.log"),
-		args: []string{"--config", configPath}, env: env,
 	}
 	if err := n.StartContainerd(); err != nil {
 		return err
@@ -261,29 +252,99 @@ func iptablesNAT(op string, rule []string) error {
 	return nil
 }
 
+// newContainerd writes the configuration of a containerd of the node's
+// kind with its root, state and opt directories under dir, serving socket,
+// its CRI plugin reading CNI configurations from cniConfDir, and returns its
+// process, not started.
+func (n *Node) newContainerd(name, dir, socket, cniConfDir, configPath, logPath string) (*process, error) {
+	binDir, err := CNIBinDir()
+	if err != nil {
+		return nil, err
+	}
+	config := strings.NewReplacer(
+		"$ROOT", filepath.Join(dir, "root"), "$STATE", filepath.Join(dir, "state"),
+		"$SOCKET", socket, "$OPT", filepath.Join(dir, "opt"), "$PAUSE", PauseImage,
+		"$CNIBIN", binDir, "$CNICONF", cniConfDir,
+	).Replace(n.containerdConfig)
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return &process{
+		name: name, path: n.containerdPath, logPath: logPath,
+		args: []string{"--config", configPath}, env: n.containerdEnv,
+	}, nil
+}
+
 // StartContainerd starts containerd (again, after StopContainerd) and waits
 // until it answers on its socket. The pods keep running while it is stopped:
 // their shims are separate processes.
 func (n *Node) StartContainerd() error {
-	if err := n.containerd.start(); err != nil {
+	return n.startContainerd(n.containerd, n.Socket)
+}
+
+// startContainerd starts the containerd p and waits until it answers on
+// socket.
+func (n *Node) startContainerd(p *process, socket string) error {
+	if err := p.start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	for {
-		if n.containerd.exited() {
-			return fmt.Errorf("containerd exited:\n%s", n.containerd.logTail(30))
+		if p.exited() {
+			return fmt.Errorf("%s exited:\n%s", p.name, p.logTail(30))
 		}
-		out, err := n.ctr(ctx, "version")
+		out, err := n.ctrAt(ctx, socket, "version")
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd not ready after %s (%w: %s):\n%s", readyTimeout, err, out, n.containerd.logTail(30))
+			return fmt.Errorf("%s not ready after %s (%w: %s):\n%s", p.name, readyTimeout, err, out, p.logTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// StartSpareContainerd starts a second containerd on the node's machine, of
+// the node's runtime and version, that runs no pods: a CRI socket that
+// answers as the kubelet's runtime would, and is not it. Its root, state,
+// socket and an empty CNI configuration directory are its own, in a
+// directory of Dir; its socket, whose path it returns, is alone in its
+// directory (which a pod mounts to reach the runtime). It stops in the
+// test's cleanup, before the node's teardown.
+func (n *Node) StartSpareContainerd(t testing.TB) string {
+	t.Helper()
+	// Short: the socket's path must fit in a sockaddr_un.
+	dir, err := os.MkdirTemp(n.Dir, "spare-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "run", "containerd.sock")
+	cniConfDir := filepath.Join(dir, "net.d")
+	for _, d := range []string{filepath.Dir(socket), cniConfDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := n.newContainerd("spare containerd", filepath.Join(dir, "containerd"), socket, cniConfDir,
+		filepath.Join(dir, "containerd.toml"), filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		t.Fatalf("spare containerd: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- last lines of the spare containerd's log (%s):\n%s", socket, p.logTail(60))
+		}
+		p.stop(syscall.SIGTERM, 10*time.Second)
+		// It runs no pods; shims would be a test's mistake, and outlive it.
+		killShims(socket)
+		unmountUnder(t, dir)
+	})
+	if err := n.startContainerd(p, socket); err != nil {
+		t.Fatalf("spare containerd: %v", err)
+	}
+	return socket
 }
 
 // StopContainerd stops containerd with SIGTERM, as a runtime upgrade or
@@ -404,7 +465,12 @@ func (n *Node) Ctr(t testing.TB, args ...string) string {
 // ctr returns ctr's standard output, or with an error its standard error
 // (where it also logs warnings, which would spoil its JSON).
 func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, n.ctrPath, append([]string{"--address", n.Socket, "--namespace", "k8s.io"}, args...)...)
+	return n.ctrAt(ctx, n.Socket, args...)
+}
+
+// ctrAt is ctr against the containerd at socket.
+func (n *Node) ctrAt(ctx context.Context, socket string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, n.ctrPath, append([]string{"--address", socket, "--namespace", "k8s.io"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sweep-k8s/sweep/internal/controlplane"
@@ -149,6 +150,15 @@ func (c *cluster) helm(t *testing.T, args ...string) string {
 // DaemonSet's pod on the node is ready, then returns that pod.
 func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 	t.Helper()
+	return c.deploy(t, "install", values, true)
+}
+
+// deploy installs or upgrades (verb) the release with values and returns
+// the daemon's pod of this revision once the pods of earlier ones are gone:
+// with ready, once it is ready; without, once its container has started,
+// for a daemon that must not become ready (helm --wait would wait for it).
+func (c *cluster) deploy(t *testing.T, verb, values string, ready bool) *corev1.Pod {
+	t.Helper()
 	// Not under t.TempDir(): helm splits --values at commas, which a
 	// subtest's name may have.
 	f, err := os.CreateTemp(c.node.Dir, "values-*.yaml")
@@ -170,27 +180,54 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 			}
 		}
 	})
-	c.helm(t, "install", release, chartDir, "--namespace", releaseNS, "--create-namespace", "--values", f.Name(), "--wait", "--timeout", "3m")
+	earlier := map[types.UID]bool{}
+	for _, p := range c.daemonPods(t) {
+		earlier[p.UID] = true
+	}
+	args := []string{verb, release, chartDir, "--namespace", releaseNS, "--values", f.Name()}
+	if verb == "install" {
+		args = append(args, "--create-namespace")
+	}
+	if ready {
+		args = append(args, "--wait", "--timeout", "3m")
+	}
+	c.helm(t, args...)
 	// helm --wait does not wait for a DaemonSet of one pod whose
 	// maxUnavailable rounds up to it: wait for the pod's readiness here.
+	what := "the daemon's pod ready on " + controlplane.NodeName
+	if !ready {
+		what = "the daemon's container started on " + controlplane.NodeName
+	}
 	var pod *corev1.Pod
-	c.eventually(t, waitTimeout, "the daemon's pod ready on "+controlplane.NodeName, func() bool {
+	c.eventually(t, waitTimeout, what, func() bool {
 		pods := c.daemonPods(t)
-		if len(pods) != 1 {
+		if len(pods) != 1 || earlier[pods[0].UID] {
 			return false
 		}
-		for _, cond := range pods[0].Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				pod = &pods[0]
-				return true
+		p := &pods[0]
+		if ready {
+			if !podReady(p) {
+				return false
 			}
+		} else if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return false
 		}
-		return false
+		pod = p
+		return true
 	})
 	if pod.Spec.NodeName != controlplane.NodeName {
 		t.Fatalf("the daemon's pod runs on %q, want %s", pod.Spec.NodeName, controlplane.NodeName)
 	}
 	return pod
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // daemonPods lists the DaemonSet's pods; nil when the API server does not

@@ -2,11 +2,13 @@ package node
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,23 +29,46 @@ type pruneSummary struct {
 // summary.
 func (c *cluster) prune(t *testing.T, args ...string) pruneSummary {
 	t.Helper()
-	sweepd := testbin.Build(t, "./cmd/sweepd")
-	args = append([]string{"prune", "--dry-run", "--output=json", "--min-age=1m", "--multus-dir=" + c.multusDir(),
-		"--kubeconfig=" + c.cp.Kubeconfig, "--cri-endpoint=" + c.node.RuntimeEndpoint}, args...)
-	cmd := exec.Command(sweepd, args...)
-	cmd.Env = append(os.Environ(), "NODE_NAME="+controlplane.NodeName)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("sweepd %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	args = append([]string{"--dry-run"}, args...)
+	out, stderr, code := c.sweepdPrune(t, args...)
+	if code != 0 {
+		t.Fatalf("sweepd prune %s: exit %d\n%s", strings.Join(args, " "), code, stderr)
 	}
 	var s pruneSummary
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("summary %q: %v", out, err)
 	}
-	t.Logf("sweepd %s: %+v", strings.Join(args[1:], " "), s)
+	t.Logf("sweepd prune %s: %+v", strings.Join(args, " "), s)
 	return s
+}
+
+// sweepdPrune runs `sweepd prune --output=json` from the host on the
+// node's cache, against the cluster and the node's runtime, with NODE_NAME
+// the node's, and returns its standard output and error and its exit code.
+func (c *cluster) sweepdPrune(t *testing.T, args ...string) (stdout []byte, stderr string, code int) {
+	t.Helper()
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	args = append([]string{"prune", "--output=json", "--min-age=1m", "--multus-dir=" + c.multusDir(),
+		"--kubeconfig=" + c.cp.Kubeconfig, "--cri-endpoint=" + c.node.RuntimeEndpoint}, args...)
+	cmd := exec.Command(sweepd, args...)
+	// POD_UID of a CI job that runs in a pod would be --pod-uid's default:
+	// this sweepd runs in none.
+	cmd.Env = append(os.Environ(), "NODE_NAME="+controlplane.NodeName, "POD_UID=")
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
+	// A file that changed within 50ms of a view is kept (newer-than-view:
+	// the inode clock lags); the files a test just wrote must predate the
+	// views this run takes.
+	time.Sleep(100 * time.Millisecond)
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("sweepd %s: %v", strings.Join(args, " "), err)
+	}
+	return out, errBuf.String(), code
 }
 
 // TestCRILivenessOnNode judges real sandboxes of the node's containerd, as
@@ -102,9 +127,14 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 	results := len(multuscache.DefaultAttachments())
 
 	t.Run("cri", func(t *testing.T) {
-		// On the host there is no pod of sweepd: the runtime proves it is
-		// the kubelet's by its name.
-		s := c.prune(t, "--liveness=cri", "--expect-runtime=containerd")
+		// From the host there is no pod of sweepd's own to find in the
+		// runtime's list: the runtime the kubelet reports is the proof, as
+		// an operator would copy it from kubectl get nodes -o wide.
+		node, err := c.cs.CoreV1().Nodes().Get(ctx, controlplane.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := c.prune(t, "--liveness=cri", "--expect-runtime="+node.Status.NodeInfo.ContainerRuntimeVersion)
 		if s.RemovedBy["sandbox-gone"] != 2*results || s.Kept["sandbox-live"] != 2*results {
 			t.Errorf("removed by sandbox-gone %d, kept as sandbox-live %d; want %d each (live and NOTREADY kept, removed and static gone)",
 				s.RemovedBy["sandbox-gone"], s.Kept["sandbox-live"], 2*results)
