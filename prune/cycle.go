@@ -37,10 +37,12 @@ type Sources struct {
 
 // Errors of a cycle that deleted nothing because a view was missing.
 var (
-	// ErrPodsUnavailable: no complete, fresh view of the node's pods.
-	ErrPodsUnavailable = errors.New("no complete, fresh view of the node's pods")
-	// ErrSandboxesUnavailable: no list of sandboxes from the runtime.
-	ErrSandboxesUnavailable = errors.New("no list of sandboxes from the container runtime")
+	// ErrPodsUnavailable: no complete, fresh view of the node's pods, or
+	// one that could not prove it is this node's.
+	ErrPodsUnavailable = errors.New("no usable view of the node's pods")
+	// ErrSandboxesUnavailable: no list of sandboxes from the runtime, or one
+	// from a runtime that could not prove it is the kubelet's.
+	ErrSandboxesUnavailable = errors.New("no usable list of sandboxes from the container runtime")
 )
 
 // CycleResult is what a cycle did beyond the prune's own summary.
