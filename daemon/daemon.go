@@ -289,7 +289,7 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	d.identity = &identity{node: cfg.NodeName, bootIDFile: d.cfg.BootIDFile, selfUID: cfg.SelfPodUID, expect: cfg.ExpectRuntime}
 	switch {
 	case d.view != nil:
-		d.nodeWatch = newNodeWatcher(d.dynamic, cfg.NodeName)
+		d.nodeWatch = newNodeWatcher(d.dynamic, cfg.NodeName, d.cfg.SyncTimeout)
 		d.identity.nodes = d.nodeWatch
 	case d.cfg.Liveness.Pods():
 		d.identity.nodes = nodeGetter{nodes: d.dynamic.Resource(nodesResource), name: cfg.NodeName}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,9 +91,11 @@ func (id *identity) checkNode(ctx context.Context) error {
 	info, err := id.nodes.node(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
+		id.setLast(nil)
 		return unproven(ErrNodeUnproven, "the API server has no Node named %q; a name that is not the node's lists no pods, "+
 			"successfully (check --node-name or $NODE_NAME against kubectl get nodes)", id.node)
 	case apierrors.IsForbidden(err):
+		id.setLast(nil)
 		return unproven(ErrNodeUnproven, "cannot read Node %q to check that it is this machine (grant get, list and watch on nodes): %w", id.node, err)
 	case err != nil:
 		return fmt.Errorf("get node %q: %w", id.node, err)
@@ -146,76 +149,72 @@ func (g nodeGetter) node(ctx context.Context) (nodeInfo, error) {
 }
 
 // nodeWatcher follows the Node with a watch, so that the daemon's prune
-// cycles and proofs read a store and make no API request. The store keeps
-// only what identifies the machine: a Node's status lists every image on
-// it.
+// cycles and proofs read a store and make no API request. Like the view of
+// the pods it counts only while fresh (see freshness): after an outage, a
+// Node that another machine registered meanwhile must not pass for this one
+// on the strength of what the store held before. The store keeps only what
+// identifies the machine: a Node's status lists every image on it.
 type nodeWatcher struct {
-	name       string
-	store      cache.Store
-	controller cache.Controller
-
-	mu      sync.Mutex
-	listErr error // of the last list; nil once one succeeded
+	*freshness
+	name      string
+	timeout   time.Duration // how long node waits for the watch to be fresh
+	store     cache.Store
+	reflector *cache.Reflector
 }
 
-func (w *nodeWatcher) setListErr(err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.listErr = err
-}
-
-func newNodeWatcher(client dynamic.Interface, name string) *nodeWatcher {
+func newNodeWatcher(client dynamic.Interface, name string, timeout time.Duration) *nodeWatcher {
 	nodes := client.Resource(nodesResource)
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w := &nodeWatcher{freshness: newFreshness(fmt.Errorf("node %q has not been listed yet", name)), name: name, timeout: timeout,
+		store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+	lw := w.listWatch(
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return nodes.List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
 			return nodes.Watch(ctx, opts)
-		},
-	}
-	w := &nodeWatcher{name: name}
-	lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		opts.FieldSelector = selector
-		l, err := nodes.List(ctx, opts)
-		w.setListErr(err)
-		return l, err
-	}
-	w.store, w.controller = cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &unstructured.Unstructured{},
-		Handler:       cache.ResourceEventHandlerFuncs{},
-		Transform: func(obj any) (any, error) {
-			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
-				return obj, nil // a tombstone
-			}
-			n := infoOf(u)
-			slim := &unstructured.Unstructured{}
-			slim.SetAPIVersion(u.GetAPIVersion())
-			slim.SetKind(u.GetKind())
-			slim.SetName(u.GetName())
-			slim.SetResourceVersion(u.GetResourceVersion())
-			_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
-			_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
-			return slim, nil
-		},
-	})
+		})
+	w.reflector = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{},
+		&freshStore{Store: w.store, f: w.freshness, transform: slimNode}, cache.ReflectorOptions{Name: "sweep-node"})
 	return w
 }
 
-func (w *nodeWatcher) run(ctx context.Context) { w.controller.RunWithContext(ctx) }
-
-func (w *nodeWatcher) node(context.Context) (nodeInfo, error) {
-	if !w.controller.HasSynced() {
-		w.mu.Lock()
-		err := w.listErr
-		w.mu.Unlock()
-		if err != nil {
-			// A forbidden list is a proof that cannot be made: say so.
-			return nodeInfo{}, err
-		}
-		return nodeInfo{}, errors.New("the Node has not been listed yet")
+// slimNode keeps what identifies the machine behind a Node.
+func slimNode(obj any) any {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj
 	}
+	n := infoOf(u)
+	slim := &unstructured.Unstructured{}
+	slim.SetAPIVersion(u.GetAPIVersion())
+	slim.SetKind(u.GetKind())
+	slim.SetName(u.GetName())
+	slim.SetResourceVersion(u.GetResourceVersion())
+	_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
+	_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
+	return slim
+}
+
+func (w *nodeWatcher) run(ctx context.Context) { w.reflector.RunWithContext(ctx) }
+
+// node waits up to the watcher's timeout for the watch to be fresh (a
+// routine renewal lists again) and reads the Node from the store.
+func (w *nodeWatcher) node(ctx context.Context) (nodeInfo, error) {
+	if !w.waitFresh(ctx, w.timeout) {
+		err := w.LastError()
+		if apierrors.IsForbidden(err) {
+			return nodeInfo{}, err // a proof that cannot be made
+		}
+		return nodeInfo{}, fmt.Errorf("the watch of node %q is not fresh: %w", w.name, err)
+	}
+	return w.current()
+}
+
+// current reads the Node from the store as it is now.
+func (w *nodeWatcher) current() (nodeInfo, error) {
 	obj, ok, err := w.store.GetByKey(w.name)
 	switch {
 	case err != nil:
@@ -224,6 +223,21 @@ func (w *nodeWatcher) node(context.Context) (nodeInfo, error) {
 		return nodeInfo{}, apierrors.NewNotFound(nodesResource.GroupResource(), w.name)
 	}
 	return infoOf(obj.(*unstructured.Unstructured)), nil
+}
+
+// stillProven reports whether the Node is, at this moment, the one the last
+// proof accepted: for a live view, checked before every removal.
+func (id *identity) stillProven() bool {
+	w, ok := id.nodes.(*nodeWatcher)
+	if !ok {
+		return true // a one-shot view: proven once, at its time
+	}
+	last := id.lastNode()
+	if last == nil || !w.Synced() {
+		return false
+	}
+	n, err := w.current()
+	return err == nil && n.bootID == last.bootID
 }
 
 // checkPods proves that a view of the pods holds the daemon's own pod.
@@ -317,27 +331,30 @@ func (p provenPods) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
 	if err := p.id.checkPods(idx); err != nil {
 		return nil, live, err
 	}
-	if live && p.id.selfUID != "" {
-		// A live view can lose its own pod mid-run (a watch of another
-		// cluster's node after a kubeconfig swap, a relist that came back
-		// empty): the executor checks Synced before every removal.
-		idx = selfWitnessed{PodIndex: idx, uid: p.id.selfUID}
+	if live {
+		// A live view can stop being this node's mid-run (a Node deleted,
+		// or registered by another machine; a relist without the daemon's
+		// own pod): the executor checks Synced before every removal.
+		idx = witnessed{PodIndex: idx, id: p.id}
 	}
 	return idx, live, nil
 }
 
-// selfWitnessed is a live pod view that counts as synced only while it
-// holds the daemon's own pod.
-type selfWitnessed struct {
+// witnessed is a live pod view that counts as synced only while the proof
+// still holds: the Node is the one proven, and the view holds the daemon's
+// own pod.
+type witnessed struct {
 	prune.PodIndex
-	uid string
+	id *identity
 }
 
 // Synced implements prune.PodIndex.
-func (s selfWitnessed) Synced() bool { return s.PodIndex.Synced() && s.PodIndex.HasUID(s.uid) }
+func (s witnessed) Synced() bool {
+	return s.PodIndex.Synced() && (s.id.selfUID == "" || s.PodIndex.HasUID(s.id.selfUID)) && s.id.stillProven()
+}
 
 // SeenMirror implements prune.MirrorHistory when the view does.
-func (s selfWitnessed) SeenMirror(uid string) bool {
+func (s witnessed) SeenMirror(uid string) bool {
 	h, ok := s.PodIndex.(prune.MirrorHistory)
 	return ok && h.SeenMirror(uid)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestRuntimeMatches covers how a runtime's CRI Version answer is compared
@@ -103,5 +105,53 @@ func TestCheckNode(t *testing.T) {
 				t.Errorf("last node %v after err %v", id.lastNode(), err)
 			}
 		})
+	}
+}
+
+// TestStillProven: a live view counts as synced, removal by removal, only
+// while the Node's watch is fresh and the Node is still the one proven: a
+// watch that broke (an outage: another machine may have registered the
+// name meanwhile), a Node gone, or one that reports another boot stops the
+// run.
+func TestStillProven(t *testing.T) {
+	bootFile := filepath.Join(t.TempDir(), "boot_id")
+	const boot = "b00710e0-0000-4000-8000-000000000002"
+	if err := os.WriteFile(bootFile, []byte(boot+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &nodeWatcher{freshness: newFreshness(errors.New("not listed")), name: "n", store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+	node := func(bootID string) *unstructured.Unstructured {
+		return slimNode(&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "n"},
+			"status": map[string]any{"nodeInfo": map[string]any{"bootID": bootID}},
+		}}).(*unstructured.Unstructured)
+	}
+	id := &identity{node: "n", bootIDFile: bootFile, nodes: w}
+	if id.stillProven() {
+		t.Fatal("proven before any proof")
+	}
+	if err := w.store.Add(node(boot)); err != nil {
+		t.Fatal(err)
+	}
+	w.setFresh()
+	if err := id.checkNode(t.Context()); err != nil || !id.stillProven() {
+		t.Fatalf("this machine's Node: %v, still proven %v", err, id.stillProven())
+	}
+	w.setStale(errWatchEnded)
+	if id.stillProven() {
+		t.Error("still proven while the Node's watch is not fresh")
+	}
+	w.setFresh()
+	if err := w.store.Update(node("another")); err != nil {
+		t.Fatal(err)
+	}
+	if id.stillProven() {
+		t.Error("still proven while the Node reports another boot ID")
+	}
+	if err := w.store.Delete(node("another")); err != nil {
+		t.Fatal(err)
+	}
+	if id.stillProven() {
+		t.Error("still proven without a Node")
 	}
 }
