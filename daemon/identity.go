@@ -350,7 +350,7 @@ type witnessed struct {
 
 // Synced implements prune.PodIndex.
 func (s witnessed) Synced() bool {
-	return s.PodIndex.Synced() && (s.id.selfUID == "" || s.PodIndex.HasUID(s.id.selfUID)) && s.id.stillProven()
+	return s.PodIndex.Synced() && (s.id.selfUID == "" || s.HasUID(s.id.selfUID)) && s.id.stillProven()
 }
 
 // SeenMirror implements prune.MirrorHistory when the view does.
