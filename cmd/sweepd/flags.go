@@ -29,11 +29,14 @@ type durationValue struct {
 	positive bool
 }
 
+// durationVar registers a durationValue.
 func durationVar(fs *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
 	fs.Var(&durationValue{p: p}, name, usage)
 }
 
+// positiveDurationVar registers a durationValue that refuses zero and
+// negative durations.
 func positiveDurationVar(fs *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
 	fs.Var(&durationValue{p: p, positive: true}, name, usage)

@@ -39,6 +39,7 @@ func daemonFlags() map[string]string {
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
+		"Uninstall.Self": "cluster-role-name",
 	}
 }
 
