@@ -39,16 +39,16 @@ func TestCleanupFlags(t *testing.T) {
 		wantCode int
 		removed  bool
 	}{
-		{name: "unknown flag", args: []string{"--bogus"}, wantCode: exitUsage},
-		{name: "zero interval", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
+		{name: "unknown flag", files: "[]", args: []string{"--bogus"}, wantCode: exitUsage},
+		{name: "zero interval", files: "[]", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
 		{name: "bad self gvr", args: []string{"--self-name=x", "--self-gvr=jobs"}, wantCode: exitUsage},
 		{name: "self without gvr", args: []string{"--self-name=x"}, wantCode: exitUsage},
 		{name: "cluster role without binding: spectro-cleanup's default fills it", files: "[]", args: []string{"--cluster-role-name=x"}, wantCode: exitOK},
-		{name: "negative deletion timeout", args: []string{"--deletion-timeout-seconds=-1"}, wantCode: exitUsage},
+		{name: "negative deletion timeout", files: "[]", args: []string{"--deletion-timeout-seconds=-1"}, wantCode: exitUsage},
 		{name: "zero deletion timeout: check once", files: "[]", args: []string{"--deletion-timeout-seconds=0"}, wantCode: exitOK},
 		{name: "zero cleanup timeout: no wait", files: "[]", args: []string{"--cleanup-timeout=0"}, wantCode: exitOK},
 		{name: "a file not removed fails the run", files: fmt.Sprintf("[%q, %q]", escaping, victim), wantCode: exitFail, removed: true},
-		{name: "bad grpc port", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
+		{name: "bad grpc port", files: "[]", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
 		{name: "out-of-root file", files: fmt.Sprintf("[%q, %q]", victim, "/etc/hostname"), wantCode: exitUsage},
 		{name: "relative root", files: "[]", args: []string{"--allowed-root=host"}, wantCode: exitUsage},
 		{name: "dry run, files only", files: fmt.Sprintf("[%q]", victim), args: []string{"--dry-run"}, wantCode: exitOK},
@@ -57,8 +57,8 @@ func TestCleanupFlags(t *testing.T) {
 		// spectro-cleanup parses with Go's flag package: its manifests may
 		// spell a long flag with one dash, and a value after a space.
 		{name: "Go flag spellings", files: fmt.Sprintf("[%q]", victim), args: []string{"-debug", "--debug=false", "-cleanup-timeout=0", "-deletion-timeout-seconds", "0", "-blocking-deletion=true", "-grpc-port", "8080", "-log-level=debug"}, wantCode: exitOK, removed: true},
-		{name: "Go flag spelling, bad value", args: []string{"-deletion-interval-seconds=0"}, wantCode: exitUsage},
-		{name: "Go flag spelling, unknown flag", args: []string{"-bogus"}, wantCode: exitUsage},
+		{name: "Go flag spelling, bad value", files: "[]", args: []string{"-deletion-interval-seconds=0"}, wantCode: exitUsage},
+		{name: "Go flag spelling, unknown flag", files: "[]", args: []string{"-bogus"}, wantCode: exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
