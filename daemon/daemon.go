@@ -4,12 +4,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,9 +21,13 @@ import (
 	"github.com/robfig/cron/v3"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
+	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/cri"
+	"github.com/sweep-k8s/sweep/internal/field"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/uninstall"
 )
 
 // Liveness says what decides that a cache file's sandbox is dead.
@@ -94,6 +100,28 @@ type Config struct {
 	// AllowShortIntervals accepts a minimum age and a schedule interval
 	// under MinInterval, for tests and demos.
 	AllowShortIntervals bool
+
+	// RESTConfig returns the API server's client config. New and PruneOnce
+	// call it only when the liveness needs the pods and no client was
+	// injected (WithMetadataClient, WithDynamicClient): cri liveness reads
+	// no kubeconfig and never contacts the API server.
+	RESTConfig func() (*rest.Config, error)
+	// CRIEndpoint is the container runtime's CRI socket
+	// (cri.ParseEndpoint), default cri.DefaultEndpoint; CRITimeout bounds
+	// each call to it, default cri.DefaultTimeout. Both are for cri and
+	// both liveness, unless WithRuntime injected a client.
+	CRIEndpoint string
+	CRITimeout  time.Duration
+	// CNIDel, when set, runs CNI DEL for a stale results file's attachment
+	// before it is removed (prune.Options.Release), with plugins from its
+	// BinDirs, which must exist.
+	// Prune.MaxReleases caps the DELs of one run.
+	CNIDel *cnidel.Options
+	// Uninstall, when set, runs the uninstall cleanup (package uninstall)
+	// next to the prune, unless WithUninstall injected one: its NodeName
+	// and StateDir are the daemon's, and it needs API server access, so not
+	// with cri liveness.
+	Uninstall *uninstall.Config
 }
 
 // MinInterval is the floor of the minimum age and of the schedule's
@@ -103,24 +131,21 @@ type Config struct {
 const MinInterval = time.Minute
 
 // FieldError is an invalid field of a Config, so that a command can name
-// the flag that set it.
-type FieldError struct {
-	// Field is the Config field: "Prune.MinAge", "Schedule", ...
-	Field string
-	Err   error
-}
+// the flag that set it; Field is the Config field: "Prune.MinAge",
+// "Schedule", ...
+type FieldError = field.Error
 
-func (e *FieldError) Error() string { return e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-func fieldError(field, format string, args ...any) error {
-	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
-}
+func fieldError(name, format string, args ...any) error { return field.Errorf(name, format, args...) }
 
 // Validate checks the configuration without touching anything. An empty
 // Schedule is not checked (a single prune has none). Errors are
 // *FieldError.
 func (c Config) Validate() error {
+	if c.Liveness != "" {
+		if _, err := ParseLiveness(string(c.Liveness)); err != nil {
+			return field.Wrap("Liveness", err)
+		}
+	}
 	if c.NodeName == "" && c.Liveness != LivenessCRI {
 		return fieldError("NodeName", "node name is required")
 	}
@@ -143,17 +168,22 @@ func (c Config) Validate() error {
 				c.Schedule, every.Delay, MinInterval)
 		}
 	}
-	if c.Liveness != "" {
-		if _, err := ParseLiveness(string(c.Liveness)); err != nil {
-			return &FieldError{Field: "Liveness", Err: err}
-		}
-	}
 	if c.RebootAware && c.StateDir == "" {
 		return fieldError("RebootAware", "reboot-aware staleness needs a state directory")
 	}
 	if c.ExpectRuntime != "" {
 		if err := ParseExpectRuntime(c.ExpectRuntime); err != nil {
-			return &FieldError{Field: "ExpectRuntime", Err: err}
+			return field.Wrap("ExpectRuntime", err)
+		}
+	}
+	if c.Liveness.Runtime() {
+		if c.CRIEndpoint != "" {
+			if _, err := cri.ParseEndpoint(c.CRIEndpoint); err != nil {
+				return field.Wrap("CRIEndpoint", err)
+			}
+		}
+		if c.CRITimeout < 0 {
+			return fieldError("CRITimeout", "must not be negative")
 		}
 	}
 	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {
@@ -162,7 +192,37 @@ func (c Config) Validate() error {
 		return fieldError("ExpectRuntime", "cri liveness alone needs a proof that the socket is the kubelet's runtime: "+
 			"the daemon's own pod UID (in a pod) or the expected runtime (on a bare node)")
 	}
+	if c.Uninstall != nil {
+		if !c.Liveness.Pods() {
+			return fieldError("Uninstall", "the uninstall cleanup needs API server access: not with cri liveness")
+		}
+		if err := c.uninstallConfig().Validate(); err != nil {
+			if fe := (*field.Error)(nil); errors.As(err, &fe) {
+				return field.Wrap("Uninstall."+fe.Field, fe.Err)
+			}
+			return field.Wrap("Uninstall", err)
+		}
+	}
+	if c.Prune.MaxReleases < 0 {
+		return fieldError("Prune.MaxReleases", "must not be negative")
+	}
+	if c.CNIDel != nil {
+		if len(c.CNIDel.BinDirs) == 0 {
+			return fieldError("CNIDel.BinDirs", "CNI DEL needs a plugin directory")
+		}
+		if c.CNIDel.Timeout < 0 {
+			return fieldError("CNIDel.Timeout", "must not be negative")
+		}
+	}
 	return nil
+}
+
+// uninstallConfig is Uninstall with the daemon's node name and state
+// directory.
+func (c Config) uninstallConfig() uninstall.Config {
+	u := *c.Uninstall
+	u.NodeName, u.StateDir = c.NodeName, c.StateDir
+	return u
 }
 
 // Option injects a dependency.
@@ -171,17 +231,17 @@ type Option func(*Daemon)
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// WithMetadataClient sets the client for the pod informer. Required unless
-// the liveness is cri.
+// WithMetadataClient sets the client for the pod informer, instead of one
+// made from Config.RESTConfig.
 func WithMetadataClient(c metadata.Interface) Option { return func(d *Daemon) { d.client = c } }
 
 // WithDynamicClient sets the client that reads the daemon's Node, to prove
-// that the pods listed for its name are this machine's. Required unless the
-// liveness is cri.
+// that the pods listed for its name are this machine's, instead of one made
+// from Config.RESTConfig.
 func WithDynamicClient(c dynamic.Interface) Option { return func(d *Daemon) { d.dynamic = c } }
 
-// WithRuntime sets the container runtime's client. Required when the
-// liveness is cri or both.
+// WithRuntime sets the container runtime's client, instead of one made from
+// Config.CRIEndpoint.
 func WithRuntime(c *cri.Client) Option { return func(d *Daemon) { d.runtime = c } }
 
 // WithListener serves HTTP on l instead of listening on Config.MetricsAddr,
@@ -254,14 +314,8 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	if d.cfg.Liveness == "" {
 		d.cfg.Liveness = LivenessAPI
 	}
-	if d.cfg.Liveness.Pods() && d.client == nil {
-		return nil, errors.New("no metadata client")
-	}
-	if d.cfg.Liveness.Pods() && d.dynamic == nil {
-		return nil, errors.New("no dynamic client")
-	}
-	if d.cfg.Liveness.Runtime() && d.runtime == nil {
-		return nil, errors.New("no container runtime client")
+	if err := d.buildClients(); err != nil {
+		return nil, err
 	}
 	sched, _ := cron.ParseStandard(cfg.Schedule) // checked by Validate
 	if cfg.SyncTimeout <= 0 {
@@ -280,7 +334,7 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 		d.view = newPodView(d.client, cfg.NodeName)
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
-		dryRun: cfg.Prune.DryRun, cniDel: cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
+		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
 	})
 	if d.cfg.RebootAware {
 		d.boot = d.loadBoot()
@@ -301,6 +355,68 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 		}
 	}
 	return d, nil
+}
+
+// buildClients makes from the configuration what the liveness needs and no
+// option injected: the CRI client, the metadata and dynamic clients, the
+// uninstall cleanup and the CNI DEL releaser. The plugin directories are checked here: without
+// them every DEL would fail, and that is better seen at start-up than as a
+// growing error count.
+func (d *Daemon) buildClients() error {
+	if d.cfg.Liveness.Runtime() && d.runtime == nil {
+		endpoint := cmp.Or(d.cfg.CRIEndpoint, cri.DefaultEndpoint)
+		rt, err := cri.New(endpoint, d.cfg.CRITimeout)
+		if err != nil {
+			return fmt.Errorf("container runtime client: %w", err)
+		}
+		d.runtime = rt
+	}
+	needUninstall := d.cfg.Uninstall != nil && d.uninstall == nil
+	if d.cfg.Liveness.Pods() && (d.client == nil || d.dynamic == nil || needUninstall) {
+		if d.cfg.RESTConfig == nil {
+			return errors.New("no kubernetes access: no client configuration")
+		}
+		cfg, err := d.cfg.RESTConfig()
+		if err != nil {
+			return fmt.Errorf("no kubernetes access: %w", err)
+		}
+		if needUninstall {
+			ucfg := rest.CopyConfig(cfg)
+			// Deleting many objects in parallel needs more than client-go's
+			// default 5 requests per second.
+			if ucfg.QPS == 0 {
+				ucfg.QPS, ucfg.Burst = 50, 100
+			}
+			u, err := uninstall.New(d.cfg.uninstallConfig(), uninstall.WithLogger(d.log), uninstall.WithRESTConfig(ucfg))
+			if err != nil {
+				return fmt.Errorf("uninstall cleanup: %w", err)
+			}
+			d.uninstall = u
+		}
+		if d.client == nil {
+			if d.client, err = metadata.NewForConfig(cfg); err != nil {
+				return fmt.Errorf("metadata client: %w", err)
+			}
+		}
+		if d.dynamic == nil {
+			if d.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+				return fmt.Errorf("dynamic client: %w", err)
+			}
+		}
+	}
+	if d.cfg.CNIDel != nil && d.cfg.Prune.Release == nil {
+		for _, dir := range d.cfg.CNIDel.BinDirs {
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
+			}
+		}
+		rel, err := cnidel.New(*d.cfg.CNIDel)
+		if err != nil {
+			return field.Wrap("CNIDel", err)
+		}
+		d.cfg.Prune.Release = rel
+	}
+	return nil
 }
 
 // buildSources makes the liveness views of a cycle from the configuration:

@@ -340,7 +340,7 @@ func TestChartRender(t *testing.T) {
 			"--cleanup-config-dir=/etc/sweep/cleanup", "--state-dir=/var/lib/sweep", "--self-gvr=apps/v1/daemonsets",
 			"--self-name=" + name, "--self-namespace=" + chartNamespace, "--sa-name=" + name,
 			"--cluster-role-name=" + name, "--cluster-role-binding-name=" + name,
-			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-barrier-timeout=120", "--cleanup-file-globs=false",
+			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-barrier-timeout=120s", "--cleanup-file-globs=false",
 			"--liveness=both", "--cri-endpoint=unix:///var/run/crio/crio.sock", "--reboot-aware=true",
 		} {
 			if !slices.Contains(c.Args, want) {

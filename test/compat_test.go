@@ -247,6 +247,29 @@ func TestSpectroCleanupCompat(t *testing.T) {
 		assertCleanedUp(t, cs, j)
 	})
 
+	// spectro-cleanup parses with Go's flag package: its manifests may spell
+	// a long flag with one dash, a value after a space, and a boolean bare
+	// or with =false. Every spelling runs unchanged.
+	t.Run("Go flag spellings", func(t *testing.T) {
+		j := installSelfJob(t, cp, cs, "compat-goflags")
+		var args []string
+		for i, a := range j.args() {
+			name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if i%2 == 0 {
+				args = append(args, "-"+name+"="+value)
+			} else {
+				args = append(args, "-"+name, value)
+			}
+		}
+		args = append(args, "-debug", "--debug=false", "-blocking-deletion=false", "-cleanup-timeout", "1",
+			"-enable-grpc-server", "-grpc-port", strconv.Itoa(cleanupFreePort(t)), "-deletion-timeout-seconds=30")
+		code, out := runCleanup(t, entry, args)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, want 0\n%s", args, code, out)
+		}
+		assertCleanedUp(t, cs, j)
+	})
+
 	// A busy gRPC port: the cleanup goes on without the server.
 	t.Run("busy gRPC port", func(t *testing.T) {
 		j := installSelfJob(t, cp, cs, "compat-busyport")

@@ -238,7 +238,7 @@ func TestDockerfileBuild(t *testing.T) {
 	if err := c2.Run(); err != nil {
 		t.Fatalf("sweepd cleanup --help: %v\n%s", err, viaCmd.String())
 	}
-	if viaLink.String() != viaCmd.String() || !strings.Contains(viaLink.String(), "Usage: sweepd cleanup") {
+	if viaLink.String() != viaCmd.String() || !strings.Contains(viaLink.String(), "sweepd cleanup [flags]") {
 		t.Errorf("cleanup --help:\n%s\nsweepd cleanup --help:\n%s", viaLink.String(), viaCmd.String())
 	}
 	// A spectro-cleanup manifest with neither command nor args runs the

@@ -43,16 +43,23 @@ func flagReference(t *testing.T) string {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	plugin := testbin.Build(t, "./cmd/kubectl-create-transient_configmap")
+	// The commands are the lines of the "Available Commands:" section,
+	// less cobra's help command.
+	rootHelp := helpOutput(t, sweepd)
+	_, list, _ := strings.Cut(rootHelp, "Available Commands:\n")
+	list, _, _ = strings.Cut(list, "\n\n")
 	var cmds []string
-	for _, m := range regexp.MustCompile(`(?m)^  (\S+) `).FindAllStringSubmatch(helpOutput(t, sweepd), -1) {
-		cmds = append(cmds, m[1])
+	for _, m := range regexp.MustCompile(`(?m)^  (\S+) `).FindAllStringSubmatch(list, -1) {
+		if m[1] != "help" {
+			cmds = append(cmds, m[1])
+		}
 	}
 	if len(cmds) == 0 {
 		t.Fatal("sweepd --help lists no commands")
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", flagsBegin)
-	fmt.Fprintf(&b, "Every subcommand also takes `--log-format` and `--log-level`.\n\n")
+	fmt.Fprintf(&b, "### sweepd\n\n```text\n%s\n```\n\n", rootHelp)
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "### sweepd %s\n\n```text\n%s\n```\n\n", c, helpOutput(t, sweepd, c))
 	}

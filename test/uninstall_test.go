@@ -649,7 +649,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 	createNodes(t, cs)
 	r := installRelease(t, cp, cs, "sweep-system", "sweep")
 	for _, n := range uninstallNodes {
-		r.startNode(t, r.nodes[n], "--cleanup-barrier-timeout=6")
+		r.startNode(t, r.nodes[n], "--cleanup-barrier-timeout=6s")
 	}
 	missing := r.nodes["node-c"]
 

@@ -129,6 +129,10 @@ func TestConfigValidate(t *testing.T) {
 		{"cluster role alone", func(c *Config) { c.Self.ClusterRole = "cr" }, false},
 		{"negative timeout", func(c *Config) { c.Timeout = -1 }, false},
 		{"relative root", func(c *Config) { c.AllowedRoots = []string{"host"} }, false},
+		{"short lease with a DaemonSet", func(c *Config) {
+			c.Self, c.LeaseDuration = cleanup.Self{GVR: DaemonSetGVR, Name: "ds", Namespace: "ns"}, time.Second
+		}, false},
+		{"short lease without a DaemonSet: unused", func(c *Config) { c.LeaseDuration = time.Second }, true},
 		{"full", func(c *Config) {
 			c.Self = cleanup.Self{GVR: DaemonSetGVR, Name: "ds", Namespace: "ns", ClusterRole: "cr", ClusterRoleBinding: "crb"}
 		}, true},

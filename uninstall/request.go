@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/internal/field"
 )
 
 // ErrTimeout is returned by Request when the cleanup did not finish in time.
@@ -45,6 +46,30 @@ type RequestOptions struct {
 	Log          *slog.Logger
 }
 
+// Validate checks the options without touching anything: the DaemonSet's
+// name and namespace, the ConfigMap's name and a positive timeout are
+// required, and the configs must parse. Errors are *FieldError; those of
+// the configs also wrap cleanup.ErrConfig.
+func (o RequestOptions) Validate() error {
+	switch {
+	case o.Self.Namespace == "":
+		return field.Errorf("Self.Namespace", "the DaemonSet's namespace is required")
+	case o.Self.Name == "":
+		return field.Errorf("Self.Name", "the DaemonSet's name is required")
+	case o.ConfigMap == "":
+		return field.Errorf("ConfigMap", "the cleanup ConfigMap's name is required")
+	case o.Timeout <= 0:
+		return field.Errorf("Timeout", "must be positive")
+	}
+	if _, err := cleanup.ParseFileConfig(o.FileConfig); err != nil {
+		return field.Wrap("FileConfig", fmt.Errorf("%w: %s: %w", cleanup.ErrConfig, cleanup.FileConfigName, err))
+	}
+	if _, err := cleanup.ParseResourceConfig(o.ResourceConfig); err != nil {
+		return field.Wrap("ResourceConfig", fmt.Errorf("%w: %s: %w", cleanup.ErrConfig, cleanup.ResourceConfigName, err))
+	}
+	return nil
+}
+
 // Request asks the daemons for an uninstall cleanup and waits for it: it
 // creates or updates the cleanup ConfigMap (owned by the DaemonSet, so it
 // goes with it), then waits until the DaemonSet it saw is gone, which the
@@ -64,11 +89,8 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}
-	if _, err := cleanup.ParseFileConfig(o.FileConfig); err != nil {
-		return fmt.Errorf("%w: %s: %w", cleanup.ErrConfig, cleanup.FileConfigName, err)
-	}
-	if _, err := cleanup.ParseResourceConfig(o.ResourceConfig); err != nil {
-		return fmt.Errorf("%w: %s: %w", cleanup.ErrConfig, cleanup.ResourceConfigName, err)
+	if err := o.Validate(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/internal/field"
 )
 
 // Defaults of Config.
@@ -75,24 +76,42 @@ type Config struct {
 	Watch WatchOptions
 }
 
-// Validate checks the configuration without touching anything.
+// FieldError is an invalid field of a Config or RequestOptions, so that a
+// command can name the flag that set it; Field is the field: "Timeout",
+// "Self.GVR", ...
+type FieldError = field.Error
+
+// MinLeaseDuration is the shortest leader Lease: the renew deadline and the
+// retry period are fractions of it, and under a few seconds a slow API
+// server loses the lease between renewals.
+const MinLeaseDuration = 3 * time.Second
+
+// Validate checks the configuration without touching anything. Errors are
+// *FieldError.
 func (c Config) Validate() error {
 	switch {
 	case c.ConfigDir == "":
-		return errors.New("cleanup config directory is required")
+		return field.Errorf("ConfigDir", "cleanup config directory is required")
 	case c.NodeName == "":
-		return errors.New("node name is required")
+		return field.Errorf("NodeName", "node name is required")
 	case c.Self.Name != "" && c.Self.Namespace == "":
-		return errors.New("the DaemonSet's namespace is required")
+		return field.Errorf("Self.Namespace", "the DaemonSet's namespace is required")
 	case c.Self.Name != "" && c.Self.GVR != DaemonSetGVR:
-		return fmt.Errorf("the self object must be a DaemonSet (%s), not %s", DaemonSetGVR, c.Self.GVR)
-	case c.Timeout < 0 || c.LeaseDuration < 0:
-		return errors.New("timeouts must not be negative")
+		return field.Errorf("Self.GVR", "the self object must be a DaemonSet (%s), not %s", DaemonSetGVR, c.Self.GVR)
+	case c.Timeout < 0:
+		return field.Errorf("Timeout", "must not be negative")
+	case c.DeletionTimeout < 0:
+		return field.Errorf("DeletionTimeout", "must not be negative")
+	case c.LeaseDuration < 0, c.Self.Name != "" && c.LeaseDuration != 0 && c.LeaseDuration < MinLeaseDuration:
+		return field.Errorf("LeaseDuration", "%s is under the minimum of %s", c.LeaseDuration, MinLeaseDuration)
 	}
 	if err := c.Self.Validate(); err != nil {
-		return err
+		return field.Wrap("Self", err)
 	}
-	return cleanup.CheckFilePaths(nil, c.AllowedRoots, false)
+	if err := cleanup.CheckFilePaths(nil, c.AllowedRoots, false); err != nil {
+		return field.Wrap("AllowedRoots", err)
+	}
+	return nil
 }
 
 // Option injects a dependency.

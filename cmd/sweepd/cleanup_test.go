@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,21 +39,26 @@ func TestCleanupFlags(t *testing.T) {
 		wantCode int
 		removed  bool
 	}{
-		{name: "unknown flag", args: []string{"--bogus"}, wantCode: exitUsage},
-		{name: "zero interval", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
+		{name: "unknown flag", files: "[]", args: []string{"--bogus"}, wantCode: exitUsage},
+		{name: "zero interval", files: "[]", args: []string{"--deletion-interval-seconds=0"}, wantCode: exitUsage},
 		{name: "bad self gvr", args: []string{"--self-name=x", "--self-gvr=jobs"}, wantCode: exitUsage},
 		{name: "self without gvr", args: []string{"--self-name=x"}, wantCode: exitUsage},
 		{name: "cluster role without binding: spectro-cleanup's default fills it", files: "[]", args: []string{"--cluster-role-name=x"}, wantCode: exitOK},
-		{name: "negative deletion timeout", args: []string{"--deletion-timeout-seconds=-1"}, wantCode: exitUsage},
+		{name: "negative deletion timeout", files: "[]", args: []string{"--deletion-timeout-seconds=-1"}, wantCode: exitUsage},
 		{name: "zero deletion timeout: check once", files: "[]", args: []string{"--deletion-timeout-seconds=0"}, wantCode: exitOK},
 		{name: "zero cleanup timeout: no wait", files: "[]", args: []string{"--cleanup-timeout=0"}, wantCode: exitOK},
 		{name: "a file not removed fails the run", files: fmt.Sprintf("[%q, %q]", escaping, victim), wantCode: exitFail, removed: true},
-		{name: "bad grpc port", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
+		{name: "bad grpc port", files: "[]", args: []string{"--grpc-port=70000"}, wantCode: exitUsage},
 		{name: "out-of-root file", files: fmt.Sprintf("[%q, %q]", victim, "/etc/hostname"), wantCode: exitUsage},
 		{name: "relative root", files: "[]", args: []string{"--allowed-root=host"}, wantCode: exitUsage},
 		{name: "dry run, files only", files: fmt.Sprintf("[%q]", victim), args: []string{"--dry-run"}, wantCode: exitOK},
 		{name: "upstream timeout alias", files: "[]", args: []string{"--cleanup-timeout-seconds=10", "--debug"}, wantCode: exitOK},
 		{name: "files only, no cluster", files: fmt.Sprintf("[%q]", victim), wantCode: exitOK, removed: true},
+		// spectro-cleanup parses with Go's flag package: its manifests may
+		// spell a long flag with one dash, and a value after a space.
+		{name: "Go flag spellings", files: fmt.Sprintf("[%q]", victim), args: []string{"-debug", "--debug=false", "-cleanup-timeout=0", "-deletion-timeout-seconds", "0", "-blocking-deletion=true", "-grpc-port", "8080", "-log-level=debug"}, wantCode: exitOK, removed: true},
+		{name: "Go flag spelling, bad value", files: "[]", args: []string{"-deletion-interval-seconds=0"}, wantCode: exitUsage},
+		{name: "Go flag spelling, unknown flag", files: "[]", args: []string{"-bogus"}, wantCode: exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,5 +80,28 @@ func TestCleanupFlags(t *testing.T) {
 				t.Errorf("no summary on stdout:\n%s", stdout.String())
 			}
 		})
+	}
+}
+
+// TestGoFlagSpellings checks the rewrite of Go's flag spellings for the
+// cleanup command, and that no other command gets it.
+func TestGoFlagSpellings(t *testing.T) {
+	tests := []struct {
+		args, want []string
+	}{
+		{[]string{"cleanup", "-self-name=x", "-grpc-port", "8080", "-debug", "--debug=false", "-h"},
+			[]string{"cleanup", "--self-name=x", "--grpc-port", "8080", "--debug", "--debug=false", "-h"}},
+		// A value after a space is the flag's, even when it looks like one.
+		{[]string{"cleanup", "-self-namespace", "-debug", "-help"}, []string{"cleanup", "--self-namespace", "-debug", "--help"}},
+		{[]string{"--log-level=debug", "cleanup", "-log-format=json", "-bogus", "--", "-debug"},
+			[]string{"--log-level=debug", "cleanup", "--log-format=json", "-bogus", "--", "-debug"}},
+		{[]string{"prune", "-min-age=1m"}, []string{"prune", "-min-age=1m"}},
+		{[]string{"-debug"}, []string{"-debug"}},
+	}
+	for _, tt := range tests {
+		got := goFlagSpellings(newRootCommand(io.Discard, io.Discard), tt.args)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("goFlagSpellings(%q) = %q, want %q", tt.args, got, tt.want)
+		}
 	}
 }

@@ -15,26 +15,41 @@ func TestRunUsage(t *testing.T) {
 		stderr     string // substring
 		helpPrints int    // times "Usage:" appears on stdout
 	}{
-		{name: "no command", args: nil, code: exitUsage, stderr: "Usage: sweepd <command>"},
-		{name: "unknown command", args: []string{"bogus"}, code: exitUsage, stderr: `unknown command "bogus"`},
-		{name: "help", args: []string{"--help"}, code: exitOK, stdout: "Commands:", helpPrints: 1},
-		{name: "command help", args: []string{"prune", "--help"}, code: exitOK, stdout: "-min-age", helpPrints: 1},
-		{name: "daemon help", args: []string{"daemon", "-h"}, code: exitOK, stdout: "-schedule", helpPrints: 1},
-		{name: "unknown flag", args: []string{"prune", "--bogus"}, code: exitUsage, stderr: "flag provided but not defined"},
-		{name: "stray argument", args: []string{"prune", "--node-name=n", "extra"}, code: exitUsage, stderr: "unexpected arguments: extra"},
-		{name: "bad log format", args: []string{"version", "--log-format=xml"}, code: exitUsage, stderr: "invalid --log-format"},
-		{name: "bad log level", args: []string{"version", "--log-level=loud"}, code: exitUsage, stderr: "invalid --log-level"},
+		// Bare, sweepd lists its commands on stderr and fails: a manifest
+		// that forgot the command must not pass for done.
+		{name: "no command", args: nil, code: exitUsage, stderr: "Available Commands:"},
+		{name: "unknown command", args: []string{"bogus"}, code: exitUsage, stderr: "error: unknown command \"bogus\" for \"sweepd\"\nSee 'sweepd --help' for usage.\n"},
+		{name: "unknown command suggests", args: []string{"prun"}, code: exitUsage, stderr: "Did you mean this?\n\tprune\n"},
+		{name: "help", args: []string{"--help"}, code: exitOK, stdout: "Available Commands:", helpPrints: 1},
+		{name: "help command", args: []string{"help", "prune"}, code: exitOK, stdout: "sweepd prune [flags]", helpPrints: 1},
+		{name: "command help", args: []string{"prune", "--help"}, code: exitOK, stdout: "--min-age", helpPrints: 1},
+		{name: "daemon help", args: []string{"daemon", "-h"}, code: exitOK, stdout: "--schedule", helpPrints: 1},
+		{name: "global flag before the command", args: []string{"--log-level=debug", "prune", "--help"}, code: exitOK, stdout: "Global Flags:", helpPrints: 1},
+		{name: "unknown flag", args: []string{"prune", "--bogus"}, code: exitUsage, stderr: "error: unknown flag: --bogus\nSee 'sweepd prune --help' for usage.\n"},
+		{name: "single dash outside cleanup", args: []string{"prune", "-min-age=1m"}, code: exitUsage, stderr: "a long flag takes two dashes: --min-age"},
+		{name: "stray argument", args: []string{"prune", "--node-name=n", "extra"}, code: exitUsage, stderr: "error: unexpected arguments: extra\n"},
+		{name: "bad log format", args: []string{"prune", "--log-format=xml"}, code: exitUsage, stderr: `invalid argument "xml" for "--log-format" flag: want text or json`},
+		{name: "bad log level", args: []string{"--log-level=loud", "prune"}, code: exitUsage, stderr: `invalid argument "loud" for "--log-level" flag: want debug, info, warn or error`},
+		{name: "bad duration", args: []string{"prune", "--min-age", "15"}, code: exitUsage, stderr: "want a duration with a unit, such as 15m or 15s"},
 		{name: "version", args: []string{"version"}, code: exitOK, stdout: "sweepd "},
-		{name: "prune without node", args: []string{"prune", "--node-name="}, code: exitUsage, stderr: "--node-name"},
-		{name: "prune bad output", args: []string{"prune", "--node-name=n", "--output=yaml"}, code: exitUsage, stderr: "invalid --output"},
-		{name: "daemon bad schedule", args: []string{"daemon", "--node-name=n", "--schedule=sometimes"}, code: exitUsage, stderr: "invalid schedule"},
+		{name: "--version", args: []string{"--version"}, code: exitOK, stdout: "sweepd "},
+		{name: "version json", args: []string{"version", "-o", "json"}, code: exitOK, stdout: `"goVersion": "go`},
+		{name: "version yaml", args: []string{"version", "--output=yaml"}, code: exitOK, stdout: "goVersion: go"},
+		{name: "version bad output", args: []string{"version", "-o", "xml"}, code: exitUsage, stderr: `invalid argument "xml" for "-o, --output" flag: want json or yaml`},
+		{name: "version help offers no log flags", args: []string{"version", "--help"}, code: exitOK, stdout: "--short", helpPrints: 1},
+		{name: "no completion command", args: []string{"completion", "bash"}, code: exitUsage, stderr: `unknown command "completion"`},
+		{name: "prune without node", args: []string{"prune", "--node-name="}, code: exitUsage, stderr: "--node-name: node name is required"},
+		{name: "prune bad output", args: []string{"prune", "--node-name=n", "-o", "xml"}, code: exitUsage, stderr: "invalid --output"},
+		{name: "daemon bad schedule", args: []string{"daemon", "--node-name=n", "--schedule=sometimes"}, code: exitUsage, stderr: "--schedule: invalid schedule"},
 		{name: "bad liveness", args: []string{"prune", "--node-name=n", "--liveness=kubelet"}, code: exitUsage, stderr: "--liveness: invalid liveness"},
 		{name: "cri endpoint without scheme", args: []string{"prune", "--liveness=cri", "--cri-endpoint=/run/containerd/containerd.sock"}, code: exitUsage, stderr: "--cri-endpoint"},
-		{name: "cri timeout zero", args: []string{"prune", "--liveness=both", "--node-name=n", "--cri-timeout=0s"}, code: exitUsage, stderr: "--cri-timeout"},
+		{name: "cri timeout zero", args: []string{"prune", "--liveness=both", "--node-name=n", "--cri-timeout=0s"}, code: exitUsage, stderr: `invalid argument "0s" for "--cri-timeout" flag: must be positive`},
 		{name: "both needs a node", args: []string{"prune", "--node-name=", "--liveness=both"}, code: exitUsage, stderr: "--node-name"},
-		{name: "reboot-aware without state dir", args: []string{"prune", "--node-name=n", "--reboot-aware"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
-		{name: "daemon reboot-aware without state dir", args: []string{"daemon", "--node-name=n", "--reboot-aware=true"}, code: exitUsage, stderr: "--reboot-aware needs --state-dir"},
-		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--expect-runtime=containerd", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "not with --liveness=cri"},
+		{name: "cni-del-max negative", args: []string{"prune", "--node-name=n", "--cni-del-max=-1"}, code: exitUsage, stderr: "--cni-del-max: must not be negative"},
+		{name: "reboot-aware without state dir", args: []string{"prune", "--node-name=n", "--reboot-aware"}, code: exitUsage, stderr: "--reboot-aware: reboot-aware staleness needs a state directory"},
+		{name: "daemon reboot-aware without state dir", args: []string{"daemon", "--node-name=n", "--reboot-aware=true"}, code: exitUsage, stderr: "--reboot-aware: reboot-aware staleness needs a state directory"},
+		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--expect-runtime=containerd", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "--cleanup-config-dir: the uninstall cleanup needs API server access: not with cri liveness"},
+		{name: "barrier timeout in seconds", args: []string{"daemon", "--node-name=n", "--cleanup-barrier-timeout=120"}, code: exitUsage, stderr: "want a duration with a unit, such as 120m or 120s"},
 		// Refusals of issue 25: what would switch a guard off.
 		{name: "cri alone without a proof", args: []string{"prune", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
 		{name: "daemon cri alone without a proof", args: []string{"daemon", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
@@ -59,12 +74,18 @@ func TestRunUsage(t *testing.T) {
 			if !strings.Contains(stderr.String(), tc.stderr) {
 				t.Errorf("stderr %q lacks %q", stderr.String(), tc.stderr)
 			}
+			if tc.code == exitUsage && strings.Contains(stderr.String(), "Flags:") && tc.args != nil {
+				t.Errorf("a usage error dumped the usage:\n%s", stderr.String())
+			}
 			if tc.helpPrints > 0 {
 				if n := strings.Count(stdout.String(), "Usage:"); n != tc.helpPrints {
 					t.Errorf("usage printed %d times on stdout", n)
 				}
 				if stderr.Len() > 0 {
 					t.Errorf("help wrote to stderr: %q", stderr.String())
+				}
+				if tc.args[0] == "version" && strings.Contains(stdout.String(), "--log-") {
+					t.Errorf("version --help offers the log flags:\n%s", stdout.String())
 				}
 			}
 		})

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/sweep-k8s/sweep/cnidel"
+	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/uninstall"
+)
+
+// TestValidateFields checks that each refusal names its field, which the
+// command maps to a flag.
+func TestValidateFields(t *testing.T) {
+	ok := Config{NodeName: "n", Prune: prune.Options{MinAge: time.Hour}, CRITimeout: time.Second}
+	tests := []struct {
+		name  string
+		mod   func(*Config)
+		field string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"bad liveness before the node", func(c *Config) { c.Liveness, c.NodeName = "kubelet", "" }, "Liveness"},
+		{"no node", func(c *Config) { c.NodeName = "" }, "NodeName"},
+		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = LivenessBoth, "/run/x.sock" }, "CRIEndpoint"},
+		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = LivenessBoth, -time.Second }, "CRITimeout"},
+		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
+		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
+		{"uninstall with cri liveness", func(c *Config) {
+			c.Liveness, c.ExpectRuntime, c.Uninstall = LivenessCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
+		}, "Uninstall"},
+		{"uninstall's own field", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c", Timeout: -1} }, "Uninstall.Timeout"},
+		{"uninstall gets the node name", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c"} }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.mod(&c)
+			err := c.Validate()
+			var fe *FieldError
+			switch {
+			case tt.field == "" && err != nil:
+				t.Fatalf("Validate() = %v", err)
+			case tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field):
+				t.Fatalf("Validate() = %v (%#v), want a FieldError for %s", err, fe, tt.field)
+			}
+		})
+	}
+}
+
+// TestCRILivenessReadsNoKubeconfig: with cri liveness the daemon builds its
+// runtime client and never asks for the API server's config.
+func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
+	cfg := Config{
+		Liveness: LivenessCRI, ExpectRuntime: "containerd", Schedule: "@hourly",
+		Prune: prune.Options{Dir: t.TempDir(), MinAge: time.Hour}, CRITimeout: time.Second,
+		RESTConfig: func() (*rest.Config, error) {
+			t.Error("cri liveness asked for the kubeconfig")
+			return nil, errors.New("no")
+		},
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.runtime == nil || d.runtime.Endpoint() == "" || d.client != nil || d.dynamic != nil {
+		t.Fatalf("runtime %v, metadata client %v, dynamic client %v", d.runtime, d.client, d.dynamic)
+	}
+	cfg.Liveness, cfg.NodeName = LivenessBoth, "n"
+	cfg.RESTConfig = func() (*rest.Config, error) { return nil, errors.New("no kubeconfig found") }
+	if _, err := New(cfg); err == nil || err.Error() != "no kubernetes access: no kubeconfig found" {
+		t.Fatalf("both liveness without a kubeconfig: %v", err)
+	}
+}
