@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
@@ -35,15 +39,97 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 // otherwise those lines are klog's plain text in the middle of JSON logs,
 // exactly when the API server flaps. klog is process-wide, so a command
 // calls Setup once, before it makes clients. klog keeps its own verbosity
-// (0): client-go's warnings and errors come through, not its V(n) detail;
-// klog's warnings arrive at level INFO, as logr has no warning level.
+// (0): client-go's warnings and errors come through, not its V(n) detail.
+//
+// Levels follow klog's severities: klog's warnings (klog.Warning, which
+// logr alone would pass on as INFO, having no warning level) are WARN, and
+// so are the API server's warnings (the Warning header, which client-go's
+// default handler logs at INFO): Setup makes the handler of every rest.Config
+// that sets none its own. The feature-gate lines client-go logs once at
+// V(1) are dropped: ten lines of defaults at the top of every debug run.
 func Setup(w io.Writer, format, level string) (*slog.Logger, error) {
 	logger, err := New(w, format, level)
 	if err != nil {
 		return nil, err
 	}
-	klog.SetSlogLogger(slog.New(errorKey{logger.Handler()}))
+	h := klogHandler{errorKey{logger.Handler()}}
+	klog.SetLoggerWithOptions(logr.FromSlogHandler(h), klog.ContextualLogger(true),
+		klog.WriteKlogBuffer(func(data []byte) { writeKlogLine(h, data) }))
+	rest.SetDefaultWarningHandlerWithContext(apiWarnings{logger})
 	return logger, nil
+}
+
+// writeKlogLine logs a line of klog's unstructured API (klog.Warning,
+// klog.Errorf): klog gives it with its text header, whose first letter is
+// the only place that says its severity.
+func writeKlogLine(h slog.Handler, data []byte) {
+	lvl, msg := parseKlogLine(data)
+	ctx := context.Background()
+	if !h.Enabled(ctx, lvl) {
+		return
+	}
+	_ = h.Handle(ctx, slog.NewRecord(time.Now(), lvl, msg, 0))
+}
+
+// parseKlogLine splits a klog text line, "W0301 14:32:05.123456   42
+// file.go:12] message", into its level and message. A line without the
+// header is logged whole at INFO.
+func parseKlogLine(data []byte) (slog.Level, string) {
+	line := strings.TrimSuffix(string(data), "\n")
+	if len(line) < 6 || line[5] != ' ' || strings.Trim(line[1:5], "0123456789") != "" {
+		return slog.LevelInfo, line
+	}
+	end := strings.Index(line, "] ")
+	if end < 0 {
+		return slog.LevelInfo, line
+	}
+	lvl := slog.LevelInfo
+	switch line[0] {
+	case 'I':
+	case 'W':
+		lvl = slog.LevelWarn
+	case 'E', 'F':
+		lvl = slog.LevelError
+	default:
+		return slog.LevelInfo, line
+	}
+	return lvl, line[end+2:]
+}
+
+// apiWarnings logs the API server's warnings (deprecated APIs, admission
+// warnings) at WARN, as kubectl shows them as "Warning:" lines.
+type apiWarnings struct{ log *slog.Logger }
+
+// HandleWarningHeaderWithContext logs a warning header; like client-go's
+// default it ignores all but code 299.
+func (a apiWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, message string) {
+	if code != 299 || message == "" {
+		return
+	}
+	a.log.WarnContext(ctx, "api server warning", "warning", message)
+}
+
+// klogHandler is the handler klog writes to: the command's, with errorKey's
+// renaming and without the feature-gate noise.
+type klogHandler struct{ slog.Handler }
+
+// featureGateDefault is what client-go's feature gates log, once per gate,
+// when they first read their environment: each gate's default, at V(1).
+const featureGateDefault = "Feature gate default state"
+
+func (h klogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == featureGateDefault {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h klogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return klogHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h klogHandler) WithGroup(name string) slog.Handler {
+	return klogHandler{h.Handler.WithGroup(name)}
 }
 
 // errorKey renames the "err" attribute, which logr gives a klog error, to

@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
@@ -24,9 +30,30 @@ func TestSetupRoutesKlog(t *testing.T) {
 		{"structured error, as reflectors log a failed watch", "info",
 			func() { klog.ErrorS(errors.New("connection refused"), "Failed to watch", "resource", "pods") },
 			map[string]any{"level": "ERROR", "msg": "Failed to watch", "error": "connection refused", "resource": "pods"}},
-		{"warning, as client-go logs the API server's warnings", "info",
+		{"klog warning: a WARN, without klog's header", "info",
 			func() { klog.Warning("v1 ComponentStatus is deprecated") },
-			map[string]any{"msg": "v1 ComponentStatus is deprecated"}},
+			map[string]any{"level": "WARN", "msg": "v1 ComponentStatus is deprecated"}},
+		{"klog formatted warning", "warn",
+			func() {
+				klog.Warningf("Neither --kubeconfig nor --master was specified; %s", "using the inClusterConfig")
+			},
+			map[string]any{"level": "WARN", "msg": "Neither --kubeconfig nor --master was specified; using the inClusterConfig"}},
+		{"klog unstructured error", "info",
+			func() { klog.Errorf("failed to list %s", "pods") },
+			map[string]any{"level": "ERROR", "msg": "failed to list pods"}},
+		{"klog unstructured info", "info",
+			func() { klog.Info("plain") },
+			map[string]any{"level": "INFO", "msg": "plain"}},
+		{"feature gate defaults dropped at debug", "debug",
+			func() {
+				klog.Background().V(1).Info("Feature gate default state", "feature", "WatchListClient", "enabled", true)
+			},
+			nil},
+		{"a feature gate set from the environment still says so", "debug",
+			func() {
+				klog.Background().V(1).Info("Feature gate updated state", "feature", "WatchListClient", "enabled", false)
+			},
+			map[string]any{"level": "DEBUG+3", "msg": "Feature gate updated state", "feature": "WatchListClient"}},
 		{"info", "info",
 			func() { klog.InfoS("Caches populated", "type", "*v1.PartialObjectMetadata") },
 			map[string]any{"level": "INFO", "msg": "Caches populated", "type": "*v1.PartialObjectMetadata"}},
@@ -68,6 +95,59 @@ func TestSetupRoutesKlog(t *testing.T) {
 				t.Errorf("key err in %s, want error", out)
 			}
 		})
+	}
+}
+
+// TestSetupAPIWarnings checks that the API server's warnings (the Warning
+// header, as for a deprecated API) are WARN lines, not client-go's INFO.
+func TestSetupAPIWarnings(t *testing.T) {
+	t.Cleanup(klog.ClearLogger)
+	t.Cleanup(func() { rest.SetDefaultWarningHandler(rest.WarningLogger{}) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("Warning", `299 - "v1 ComponentStatus is deprecated in v1.19+"`)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	var buf bytes.Buffer
+	if _, err := Setup(&buf, "json", "info"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rest.UnversionedRESTClientFor(&rest.Config{Host: srv.URL,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: serializer.NewCodecFactory(runtime.NewScheme()).WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get().AbsPath("/api/v1/componentstatuses").Do(t.Context()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %q", err, buf.String())
+	}
+	if line["level"] != "WARN" || line["warning"] != "v1 ComponentStatus is deprecated in v1.19+" {
+		t.Errorf("logged %s, want a WARN with the warning", buf.String())
+	}
+}
+
+func TestParseKlogLine(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		level slog.Level
+		msg   string
+	}{
+		{"W0301 14:32:05.123456   42 loader.go:12] deprecated\n", slog.LevelWarn, "deprecated"},
+		{"E0301 14:32:05.123456   42 x.go:1] failed: a] b\n", slog.LevelError, "failed: a] b"},
+		{"F0301 14:32:05.123456   42 x.go:1] fatal", slog.LevelError, "fatal"},
+		{"I1231 23:59:59.000000 7 y.go:9] info\n", slog.LevelInfo, "info"},
+		{"no header\n", slog.LevelInfo, "no header"},
+		{"Wxyz0 not a header] at all", slog.LevelInfo, "Wxyz0 not a header] at all"},
+		{"X0301 14:32:05.123456   42 x.go:1] unknown severity", slog.LevelInfo, "X0301 14:32:05.123456   42 x.go:1] unknown severity"},
+		{"", slog.LevelInfo, ""},
+	} {
+		if lvl, msg := parseKlogLine([]byte(tc.in)); lvl != tc.level || msg != tc.msg {
+			t.Errorf("parseKlogLine(%q) = %v, %q; want %v, %q", tc.in, lvl, msg, tc.level, tc.msg)
+		}
 	}
 }
 
