@@ -116,6 +116,7 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
 	}
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
+	sum.AgesTrustedFrom = clock.TrustedFrom
 	if idx == nil && opts.Sandboxes == nil {
 		return sum, ErrNoLiveness
 	}

@@ -46,8 +46,13 @@ type Summary struct {
 	Errors int `json:"errors"`
 	// CNIDel counts the CNI DELs run before removals; nil unless the run
 	// had a Releaser (--cni-del).
-	CNIDel   *CNIDelCounts `json:"cniDel,omitempty"`
-	Duration time.Duration `json:"-"`
+	CNIDel *CNIDelCounts `json:"cniDel,omitempty"`
+	// AgesTrustedFrom is when the clock guard (Options.Clock) stops holding
+	// files back: until then files old by the wall clock are kept as
+	// clock-unsettled, because the node booted or its clock was set forward
+	// within the minimum age. Zero when it held nothing back.
+	AgesTrustedFrom time.Time     `json:"agesTrustedFrom,omitzero"`
+	Duration        time.Duration `json:"-"`
 
 	// kept holds the sandboxes named by the results files left after a run
 	// that read all of them; nil otherwise.
@@ -120,17 +125,36 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 	}{(*plain)(s), s.Duration.Seconds()})
 }
 
-// WriteText writes a short human-readable report.
-func (s *Summary) WriteText(w io.Writer) error {
+// WriteText writes a short human-readable report of a run that completed.
+func (s *Summary) WriteText(w io.Writer) error { return s.WriteTextResult(w, nil) }
+
+// WriteTextResult writes a short human-readable report of a run that ended
+// with runErr (Run's error). A run that stopped before the end says so and
+// why in place of its error count, which alone would read as all well.
+func (s *Summary) WriteTextResult(w io.Writer, runErr error) error {
 	verb := "removed"
 	if s.DryRun {
 		verb = "would remove"
 	}
-	_, err := fmt.Fprintf(w, "%s: scanned %d results, %d scratch, %d other; %s %d results, %d scratch; %d errors; %.3fs\n",
+	outcome := fmt.Sprintf("%d errors", s.Errors)
+	if runErr != nil {
+		outcome = "incomplete: " + runErr.Error()
+		if s.Errors > 0 {
+			outcome = fmt.Sprintf("%d errors; %s", s.Errors, outcome)
+		}
+	}
+	_, err := fmt.Fprintf(w, "%s: scanned %d results, %d scratch, %d other; %s %d results, %d scratch; %s; %.3fs\n",
 		s.Dir, s.Scanned[PhaseResults], s.Scanned[PhaseScratch], s.Scanned["other"],
-		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], s.Errors, s.Duration.Seconds())
+		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], outcome, s.Duration.Seconds())
 	if err != nil {
 		return err
+	}
+	if !s.AgesTrustedFrom.IsZero() {
+		// The zone too: the reader may be in another one than the node.
+		if _, err := fmt.Fprintf(w, "  ages are trusted from %s: until then old files are kept as %s\n",
+			s.AgesTrustedFrom.Format("15:04:05 MST"), ReasonClockUnsettled); err != nil {
+			return err
+		}
 	}
 	if n := s.Vanished[PhaseResults] + s.Vanished[PhaseScratch]; n > 0 {
 		if _, err := fmt.Fprintf(w, "  vanished (removed by someone else meanwhile) %d\n", n); err != nil {
@@ -157,7 +181,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		sort.Strings(reasons)
 		for _, r := range reasons {
-			if _, err := fmt.Fprintf(w, "  %s %-20s %d\n", by.verb, r, by.m[Reason(r)]); err != nil {
+			if _, err := fmt.Fprintf(w, "  %-*s %-20s %d\n", len(verb), by.verb, r, by.m[Reason(r)]); err != nil {
 				return err
 			}
 		}
