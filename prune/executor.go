@@ -72,6 +72,13 @@ type Options struct {
 	// ViewTime, when set, is when the oldest liveness view was taken; files
 	// changed after it are kept for a later run (Planner.ViewTime).
 	ViewTime time.Time
+	// OnFile, when set, receives each file's outcome as the run decides it
+	// (files that vanish meanwhile excepted): the per-file listing of
+	// `sweepd prune`. The workers call it one at a time, in no particular
+	// order, so it need not be safe for concurrent use; it should be quick,
+	// as the workers wait for it. Nil keeps the run's memory independent of
+	// the number of files.
+	OnFile func(File)
 }
 
 // Releaser undoes what the CNI ADD behind a results file set up.
@@ -126,6 +133,10 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		opts.Logger.Warn("more file problems than logged; see the summary's error count, or --log-level=debug for each",
 			"logged", maxFileWarnings, "not_logged", n-maxFileWarnings)
 	}
+	if n := e.removals.Load(); n > maxRemovalLogs {
+		opts.Logger.Info("more files removed than logged; see the summary's counts, or --log-level=debug for each",
+			"logged", maxRemovalLogs, "not_logged", n-maxRemovalLogs)
+	}
 	return sum, err
 }
 
@@ -148,7 +159,18 @@ type executor struct {
 	// fileWarnings counts the per-file warnings of the run, so that a
 	// read-only or failing filesystem does not log a line per file.
 	fileWarnings atomic.Int64
+	// removals counts the removals of a real run, so that the first
+	// maxRemovalLogs are logged at info level.
+	removals atomic.Int64
+	// onFile serializes the calls of Options.OnFile.
+	onFile sync.Mutex
 }
+
+// maxRemovalLogs is how many removals a real run logs at info level, each
+// with its file, pod and reason: the record of what went, bounded so that a
+// run over a large leak does not flood the log. The rest are logged at
+// debug level and counted in the summary.
+const maxRemovalLogs = 100
 
 // maxFileWarnings is how many per-file problems a run logs at warning level;
 // the rest are logged at debug level and counted in the summary.
@@ -285,6 +307,9 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 					if e.stop.Load() {
 						// Left because the view went stale: say so.
 						w.counts.kept[ReasonViewStale]++
+						if phase == PhaseResults || it.name != "results" {
+							w.report(File{Phase: phase, Name: it.name}, keep(ReasonViewStale))
+						}
 						continue
 					}
 					handle(w, int(dir.Fd()), it.name, it.typ)
@@ -401,7 +426,12 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 			w.referenced[id] = struct{}{}
 		}
 	}
-	w.record(PhaseResults, name, d)
+	f := File{Phase: PhaseResults, Name: name, ModTime: re.ModTime}
+	if err == nil && re.ParseReason == "" {
+		f.Pod = PodRef{Namespace: re.Cache.PodNamespace, Name: re.Cache.PodName, UID: re.Cache.PodUID}
+		f.Sandbox = re.Cache.ContainerID
+	}
+	w.record(f, d)
 }
 
 // reasonVanished marks a file that someone else removed between the plan and
@@ -486,14 +516,16 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	id, ok := ParseSandboxID(name)
 	if !ok {
 		if name != "results" {
-			w.counts.scanned["other"]++
-			w.record(PhaseScratch, name, keep(ReasonOtherName))
+			w.counts.scanned[PhaseOther]++
+			w.record(File{Phase: PhaseOther, Name: name}, keep(ReasonOtherName))
 		}
 		return
 	}
 	w.counts.scanned[PhaseScratch]++
+	// The name is the sandbox's ID: reporting it costs nothing.
+	f := File{Phase: PhaseScratch, Name: name, Sandbox: name}
 	if !typ.IsRegular() {
-		w.record(PhaseScratch, name, keep(ReasonNotRegular))
+		w.record(f, keep(ReasonNotRegular))
 		return
 	}
 	var st unix.Stat_t
@@ -504,14 +536,15 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 		}
 		w.e.warnFile("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
 		w.counts.errors++
-		w.record(PhaseScratch, name, keep(ReasonError))
+		w.record(f, keep(ReasonError))
 		return
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		w.record(PhaseScratch, name, keep(ReasonNotRegular))
+		w.record(f, keep(ReasonNotRegular))
 		return
 	}
 	e := Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix()), ChangeTime: time.Unix(st.Ctim.Unix())}
+	f.ModTime = e.ModTime
 	d := w.e.planner.Scratch(e, id, referenced)
 	if d.Remove {
 		// The lstat just taken is both the plan's and the re-check's.
@@ -521,7 +554,7 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 		w.counts.vanished[PhaseScratch]++
 		return
 	}
-	w.record(PhaseScratch, name, d)
+	w.record(f, d)
 }
 
 // remove carries out a removal decided on the state st: it re-checks that
@@ -612,23 +645,55 @@ func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 	return d
 }
 
-func (w *worker) record(phase Phase, name string, d Decision) {
+// record counts the outcome d of the file f and reports it.
+func (w *worker) record(f File, d Decision) {
 	if d.Remove {
-		w.counts.removed[phase]++
+		w.counts.removed[f.Phase]++
 		w.counts.removedBy[d.Reason]++
 	} else {
 		w.counts.kept[d.Reason]++
 	}
-	if w.e.debug {
-		action := "keep"
-		if d.Remove {
-			action = "remove"
-			if w.e.opts.DryRun {
-				action = "would-remove"
-			}
-		}
-		w.e.opts.Logger.Debug("decision", "phase", phase, "file", name, "action", action, "reason", d.Reason)
+	w.report(f, d)
+}
+
+// report logs the outcome d of the file f and passes it to OnFile. A real
+// run's removals are its record of what went: the first maxRemovalLogs at
+// info level, the rest, and every other outcome, at debug level.
+func (w *worker) report(f File, d Decision) {
+	e := w.e
+	f.Remove, f.Reason, f.DryRun = d.Remove, d.Reason, e.opts.DryRun
+	level := slog.LevelDebug
+	if d.Remove && !e.opts.DryRun && e.removals.Add(1) <= maxRemovalLogs {
+		level = slog.LevelInfo
 	}
+	if level == slog.LevelInfo || e.debug {
+		msg := "kept"
+		switch {
+		case d.Remove && e.opts.DryRun:
+			msg = "would remove"
+		case d.Remove:
+			msg = "removed"
+		}
+		attrs := []slog.Attr{slog.String("phase", string(f.Phase)), slog.String("file", f.Name), slog.String("reason", string(d.Reason))}
+		if pod := f.PodName(); pod != "" {
+			attrs = append(attrs, slog.String("pod", pod))
+		}
+		if f.Pod.UID != "" {
+			attrs = append(attrs, slog.String("pod_uid", f.Pod.UID))
+		}
+		e.opts.Logger.LogAttrs(w.ctx, level, msg, attrs...)
+	}
+	if e.opts.OnFile == nil {
+		return
+	}
+	if f.Sandbox == "" && f.Phase == PhaseResults {
+		if id, ok := SandboxIDFromResultsName(f.Name); ok {
+			f.Sandbox = id.String()
+		}
+	}
+	e.onFile.Lock()
+	defer e.onFile.Unlock()
+	e.opts.OnFile(f)
 }
 
 // openDir opens a directory relative to dirfd without following a symlink in

@@ -1,6 +1,10 @@
 package prune_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +14,144 @@ import (
 	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
 )
+
+// TestRunOnFile checks the per-file report that `sweepd prune` lists
+// (issue 26): one File per entry, agreeing with the summary's counts, with
+// the pod and sandbox of each results file and the age of each regular
+// file. The callback appends without a lock: the run serializes its calls,
+// which -race checks with several workers.
+func TestRunOnFile(t *testing.T) {
+	for _, dryRun := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dry run %v", dryRun), func(t *testing.T) {
+			tr := newTree(t)
+			var files []prune.File
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute,
+				DryRun: dryRun, Workers: 4, OnFile: func(f prune.File) { files = append(files, f) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed, kept := map[prune.Reason]int{}, map[prune.Reason]int{}
+			byPhase := map[prune.Phase]int{}
+			for _, f := range files {
+				byPhase[f.Phase]++
+				if f.DryRun != dryRun {
+					t.Errorf("%s: DryRun %v", f.Name, f.DryRun)
+				}
+				if !f.Remove {
+					kept[f.Reason]++
+					continue
+				}
+				removed[f.Reason]++
+				want := "removed"
+				if dryRun {
+					want = "would-remove"
+				}
+				if f.Action() != want {
+					t.Errorf("%s: action %s, want %s", f.Name, f.Action(), want)
+				}
+				if f.ModTime.IsZero() || time.Since(f.ModTime) < time.Hour {
+					t.Errorf("%s: mtime %v, want the hour-old mtime it was judged by", f.Name, f.ModTime)
+				}
+				switch f.Phase {
+				case prune.PhaseResults:
+					if f.Pod.UID == "" || f.Pod.Namespace != "default" || f.Pod.Name == "" || len(f.Sandbox) != 64 ||
+						!strings.Contains(f.Name, f.Sandbox) {
+						t.Errorf("%s: pod %+v, sandbox %q; want the file's pod and sandbox", f.Name, f.Pod, f.Sandbox)
+					}
+				case prune.PhaseScratch:
+					if f.Sandbox != f.Name || f.Pod != (prune.PodRef{}) {
+						t.Errorf("%s: pod %+v, sandbox %q; want no pod, the name as sandbox", f.Name, f.Pod, f.Sandbox)
+					}
+				default:
+					t.Errorf("%s removed in phase %q", f.Name, f.Phase)
+				}
+			}
+			if fmt.Sprint(removed) != fmt.Sprint(sum.RemovedBy) || fmt.Sprint(kept) != fmt.Sprint(sum.Kept) {
+				t.Errorf("files: removed %v, kept %v; summary: %v, %v", removed, kept, sum.RemovedBy, sum.Kept)
+			}
+			for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch, prune.PhaseOther} {
+				if byPhase[p] != sum.Scanned[p] {
+					t.Errorf("%d files of phase %s, scanned %d", byPhase[p], p, sum.Scanned[p])
+				}
+			}
+		})
+	}
+}
+
+// TestRunLogsRemovals checks the record a real run leaves at info level: the
+// first removals each with file, pod, uid and reason, then one line with
+// how many more; a dry run logs its would-be removals at debug level only,
+// and every line's keys are snake_case (issue 26).
+func TestRunLogsRemovals(t *testing.T) {
+	const logged = 100 // the executor's maxRemovalLogs
+	for _, tc := range []struct {
+		name      string
+		stale     int // sandboxes of deleted pods, two results files and a scratch file each
+		dryRun    bool
+		level     slog.Level
+		removedAt int // "removed" lines at the level
+		more      int // not_logged of the closing line, -1 for none
+	}{
+		{"few", 3, false, slog.LevelInfo, 9, -1},
+		{"more than logged", 40, false, slog.LevelInfo, logged, 3*40 - logged},
+		{"all at debug", 40, false, slog.LevelDebug, 3 * 40, 3*40 - logged},
+		{"dry run at info", 3, true, slog.LevelInfo, 0, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "multus")
+			if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			old := time.Now().Add(-time.Hour)
+			for i := range tc.stale {
+				pod := multuscache.Pod{Namespace: "default", Name: fmt.Sprintf("gone-%d", i), UID: multuscache.UID(fmt.Sprint(i))}
+				if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments()[:2], old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var buf bytes.Buffer
+			log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+			if _, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute,
+				DryRun: tc.dryRun, Logger: log}); err != nil {
+				t.Fatal(err)
+			}
+			removedAt, more := 0, -1
+			for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+				if len(l) == 0 {
+					continue
+				}
+				var line map[string]any
+				if err := json.Unmarshal(l, &line); err != nil {
+					t.Fatalf("%v: %s", err, l)
+				}
+				for k := range line {
+					if k != strings.ToLower(k) || strings.Contains(k, "-") {
+						t.Errorf("key %q is not snake_case: %s", k, l)
+					}
+				}
+				switch line["msg"] {
+				case "removed":
+					removedAt++
+					if line["phase"] == "results" && (line["pod"] == nil || line["pod_uid"] == nil || line["reason"] != "pod-gone") {
+						t.Errorf("removal without pod, uid or reason: %s", l)
+					}
+					if line["file"] == nil || line["reason"] == nil {
+						t.Errorf("removal without file or reason: %s", l)
+					}
+				case "would remove":
+					if tc.level > slog.LevelDebug {
+						t.Errorf("a dry run's removal at info level: %s", l)
+					}
+				case "more files removed than logged; see the summary's counts, or --log-level=debug for each":
+					more = int(line["not_logged"].(float64))
+				}
+			}
+			if removedAt != tc.removedAt || more != tc.more {
+				t.Errorf("%d removed lines, not_logged %d; want %d, %d\n%s", removedAt, more, tc.removedAt, tc.more, buf.String())
+			}
+		})
+	}
+}
 
 // TestRunAgesTrustedFrom checks that a run whose clock guard holds files
 // back says until when, in its summary (issue 26).
