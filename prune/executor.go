@@ -79,7 +79,13 @@ type Options struct {
 	// as the workers wait for it. Nil keeps the run's memory independent of
 	// the number of files.
 	OnFile func(File)
+	// ProgressInterval is how often a run with Release logs the CNI DELs
+	// so far, so that a long run is seen to progress; default 30s.
+	ProgressInterval time.Duration
 }
+
+// DefaultProgressInterval is the default of Options.ProgressInterval.
+const DefaultProgressInterval = 30 * time.Second
 
 // Releaser undoes what the CNI ADD behind a results file set up.
 type Releaser interface {
@@ -107,6 +113,9 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = DefaultProgressInterval
+	}
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
 	if opts.Clock != nil {
@@ -127,7 +136,14 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if idx == nil && opts.Sandboxes == nil {
 		return sum, ErrNoLiveness
 	}
-	err := e.run(ctx, sum)
+	var err error
+	if opts.Release != nil && !opts.DryRun {
+		stop := e.logProgress(ctx, start)
+		err = e.run(ctx, sum)
+		stop()
+	} else {
+		err = e.run(ctx, sum)
+	}
 	sum.Duration = time.Since(start)
 	if n := e.fileWarnings.Load(); n > maxFileWarnings {
 		opts.Logger.Warn("more file problems than logged; see the summary's error count, or --log-level=debug for each",
@@ -138,6 +154,34 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 			"logged", maxRemovalLogs, "not_logged", n-maxRemovalLogs)
 	}
 	return sum, err
+}
+
+// logProgress logs the CNI DELs of the run every ProgressInterval until the
+// returned function is called: one DEL can take a plugin's timeout, and a
+// run of a thousand is otherwise silent until its end.
+func (e *executor) logProgress(ctx context.Context, start time.Time) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(e.opts.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				ok, failed := e.delsSucceeded.Load(), e.delsFailed.Load()
+				e.opts.Logger.Info("cni del in progress", "elapsed_seconds", time.Since(start).Seconds(),
+					slog.Group("cni_del", "attempted", e.delsAttempted.Load(), "succeeded", ok, "failed", failed))
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // mirrorHistory returns idx's memory of mirror pods, if it keeps one.
@@ -162,6 +206,9 @@ type executor struct {
 	// removals counts the removals of a real run, so that the first
 	// maxRemovalLogs are logged at info level.
 	removals atomic.Int64
+	// The CNI DELs so far, for the progress log; each worker also counts
+	// its own for the summary.
+	delsAttempted, delsSucceeded, delsFailed atomic.Int64
 	// onFile serializes the calls of Options.OnFile.
 	onFile sync.Mutex
 }
@@ -606,16 +653,19 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 // release runs the Releaser for the file just read; false when it failed.
 func (w *worker) release(name string) bool {
 	w.counts.cniDel.Attempted++
+	w.e.delsAttempted.Add(1)
 	start := time.Now()
 	err := w.e.opts.Release.Release(w.ctx, name, w.raw)
 	if err != nil {
 		w.counts.cniDel.Failed++
+		w.e.delsFailed.Add(1)
 		w.counts.errors++
 		w.e.warnFile("cni del failed; file kept for the next run", "phase", w.phase, "file", name,
 			"duration_seconds", time.Since(start).Seconds(), "error", err)
 		return false
 	}
 	w.counts.cniDel.Succeeded++
+	w.e.delsSucceeded.Add(1)
 	if w.e.debug {
 		w.e.opts.Logger.Debug("cni del", "phase", w.phase, "file", name, "duration_seconds", time.Since(start).Seconds())
 	}

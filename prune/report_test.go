@@ -2,12 +2,14 @@ package prune_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,6 +152,68 @@ func TestRunLogsRemovals(t *testing.T) {
 				t.Errorf("%d removed lines, not_logged %d; want %d, %d\n%s", removedAt, more, tc.removedAt, tc.more, buf.String())
 			}
 		})
+	}
+}
+
+// slowReleaser is a CNI DEL that takes its time.
+type slowReleaser struct{ d time.Duration }
+
+func (r slowReleaser) Release(ctx context.Context, _ string, _ []byte) error {
+	select {
+	case <-time.After(r.d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// syncBuffer is a log destination safe for the progress goroutine and the
+// workers at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRunLogsCNIDelProgress checks that a run with CNI DEL says how far it
+// got while it runs, not only at its end (issue 26).
+func TestRunLogsCNIDelProgress(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		pod := multuscache.Pod{Namespace: "default", Name: fmt.Sprintf("gone-%d", i), UID: multuscache.UID(fmt.Sprint(i))}
+		if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments()[:1], time.Now().Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out syncBuffer
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Workers: 1,
+		Release: slowReleaser{50 * time.Millisecond}, ProgressInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil || sum.CNIDel.Succeeded != 4 {
+		t.Fatalf("%+v, %v", sum.CNIDel, err)
+	}
+	lines := strings.Count(out.String(), `msg="cni del in progress"`)
+	if lines == 0 || !strings.Contains(out.String(), "cni_del.attempted=") || !strings.Contains(out.String(), "cni_del.succeeded=") {
+		t.Fatalf("no progress lines in:\n%s", out.String())
+	}
+	// The ticker stops with the run.
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(out.String(), `msg="cni del in progress"`); n != lines {
+		t.Errorf("%d progress lines after the run, %d at its end", n, lines)
 	}
 }
 
