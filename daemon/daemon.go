@@ -767,24 +767,44 @@ func (d *Daemon) cycle(ctx context.Context) {
 	}
 }
 
-// summaryAttrs are the log attributes of a prune's summary.
+// summaryAttrs are the log attributes of a prune's summary. Counts by phase
+// or reason are groups keyed by the phase or reason (kept.pod-live=3), so
+// that every key is one of a fixed set; a dry run says would_remove where
+// a real run says removed.
 func summaryAttrs(sum *prune.Summary) []any {
+	removed := "removed"
+	if sum.DryRun {
+		removed = "would_remove"
+	}
 	attrs := []any{
-		"removed_results", sum.Removed[prune.PhaseResults], "removed_scratch", sum.Removed[prune.PhaseScratch],
-		"scanned_results", sum.Scanned[prune.PhaseResults], "scanned_scratch", sum.Scanned[prune.PhaseScratch],
+		"dry_run", sum.DryRun,
+		slog.Group("scanned", "results", sum.Scanned[prune.PhaseResults], "scratch", sum.Scanned[prune.PhaseScratch],
+			"other", sum.Scanned[prune.PhaseOther]),
+		slog.Group(removed, "results", sum.Removed[prune.PhaseResults], "scratch", sum.Removed[prune.PhaseScratch]),
+		reasonGroup(removed+"_by", sum.RemovedBy),
+		reasonGroup("kept", sum.Kept),
 		"vanished", sum.Vanished[prune.PhaseResults] + sum.Vanished[prune.PhaseScratch],
-		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(), "dry_run", sum.DryRun,
+		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(),
 	}
-	for _, r := range sortedReasons(sum.Kept) {
-		attrs = append(attrs, "kept_"+string(r), sum.Kept[r])
+	if c := sum.CNIDel; c != nil && sum.DryRun {
+		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
+	} else if c != nil {
+		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
 	}
-	if c := sum.CNIDel; c != nil {
-		attrs = append(attrs, "cni_del_attempted", c.Attempted, "cni_del_succeeded", c.Succeeded, "cni_del_failed", c.Failed)
-	}
-	for _, r := range sortedReasons(sum.RemovedBy) {
-		attrs = append(attrs, "removed_"+string(r), sum.RemovedBy[r])
+	if !sum.AgesTrustedFrom.IsZero() {
+		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)
 	}
 	return attrs
+}
+
+// reasonGroup is a group of the counts of m by reason, in order, so that log
+// lines are stable.
+func reasonGroup(name string, m map[prune.Reason]int) slog.Attr {
+	args := make([]any, 0, 2*len(m))
+	for _, r := range sortedReasons(m) {
+		args = append(args, string(r), m[r])
+	}
+	return slog.Group(name, args...)
 }
 
 // sortedReasons returns the keys of m in order, so that log lines are
