@@ -39,7 +39,7 @@ func TestRunUsage(t *testing.T) {
 		{name: "version help offers no log flags", args: []string{"version", "--help"}, code: exitOK, stdout: "--short", helpPrints: 1},
 		{name: "no completion command", args: []string{"completion", "bash"}, code: exitUsage, stderr: `unknown command "completion"`},
 		{name: "prune without node", args: []string{"prune", "--node-name="}, code: exitUsage, stderr: "--node-name: node name is required"},
-		{name: "prune bad output", args: []string{"prune", "--node-name=n", "-o", "xml"}, code: exitUsage, stderr: "invalid --output"},
+		{name: "prune bad output", args: []string{"prune", "--node-name=n", "-o", "xml"}, code: exitUsage, stderr: `invalid argument "xml" for "-o, --output" flag: want table, wide, json, yaml or text`},
 		{name: "daemon bad schedule", args: []string{"daemon", "--node-name=n", "--schedule=sometimes"}, code: exitUsage, stderr: "--schedule: invalid schedule"},
 		{name: "bad liveness", args: []string{"prune", "--node-name=n", "--liveness=kubelet"}, code: exitUsage, stderr: "--liveness: invalid liveness"},
 		{name: "cri endpoint without scheme", args: []string{"prune", "--liveness=cri", "--cri-endpoint=/run/containerd/containerd.sock"}, code: exitUsage, stderr: "--cri-endpoint"},

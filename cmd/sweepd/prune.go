@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -106,13 +105,16 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		Args: noArgs,
 	}
 	p := addPruneFlags(cmd)
-	output := cmd.Flags().StringP("output", "o", "text", "summary format: text or json")
+	var output string
+	cmd.Flags().VarP(choiceValue{p: &output, choices: []string{outputTable, outputWide, outputJSON, outputYAML, outputText}},
+		"output", "o", outputUsage)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		if *output != "text" && *output != "json" {
-			return usagef("invalid --output %q: want text or json", *output)
-		}
 		cfg := p.config(e)
+		format, err := parseOutput(output, cfg.Prune.DryRun)
+		if err != nil {
+			return usageError{err}
+		}
 		if err := cfg.Validate(); err != nil {
 			return flagError(err, daemonFlags())
 		}
@@ -120,27 +122,37 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		if cfg.NodeName != "" {
 			log = log.With("node", cfg.NodeName)
 		}
+		out := newPrinter(e.stdout, format, cfg.Prune.Dir, cfg.Prune.DryRun, time.Now)
+		// fail ends a run that deleted nothing: the log says why, and so
+		// does the output in JSON or YAML.
+		fail := func(err error) error {
+			log.Error("nothing deleted", "error", err)
+			if werr := out.finish(nil, err); werr != nil {
+				log.Error("cannot write the output", "error", werr)
+			}
+			return exitStatus(exitFail)
+		}
 		// A missing cache directory is said at once, not after waiting for
 		// the API server.
 		if fi, err := os.Stat(cfg.Prune.Dir); err != nil || !fi.IsDir() {
 			if err == nil {
 				err = errors.New("not a directory")
 			}
-			log.Error("nothing deleted", "error", fmt.Errorf("--multus-dir %s: %w", cfg.Prune.Dir, err))
-			return exitStatus(exitFail)
+			return fail(fmt.Errorf("--multus-dir %s: %w", cfg.Prune.Dir, err))
+		}
+		if out.lists() {
+			cfg.Prune.OnFile = out.file
 		}
 		sum, err := daemon.PruneOnce(ctx, cfg, daemon.WithLogger(e.log))
 		if sum == nil {
-			log.Error("nothing deleted", "error", namedFlag(err, daemonFlags()))
-			return exitStatus(exitFail)
+			return fail(namedFlag(err, daemonFlags()))
 		}
 		if err != nil {
 			log.Error("prune stopped", "error", err)
 		}
-		if *output == "json" {
-			_ = json.NewEncoder(e.stdout).Encode(sum)
-		} else {
-			_ = sum.WriteText(e.stdout)
+		if werr := out.finish(sum, err); werr != nil {
+			log.Error("cannot write the output", "error", werr)
+			return exitStatus(exitFail)
 		}
 		if err != nil || sum.Errors > 0 {
 			return exitStatus(exitFail)

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// The formats of `sweepd prune --output`.
+const (
+	// outputText is the summary alone: counts by phase and reason.
+	outputText = "text"
+	// outputTable is one row per file removed (in a dry run: that a real
+	// run would remove), as kubectl prints a table, then the summary.
+	outputTable = "table"
+	// outputWide is the table with more columns, and the kept files too.
+	outputWide = "wide"
+	// outputJSON is one JSON object: every file, the summary, and whether
+	// the run completed.
+	outputJSON = "json"
+	// outputYAML is the same object in YAML.
+	outputYAML = "yaml"
+)
+
+// outputUsage is the help of --output.
+const outputUsage = "output format: table (the files removed, or that a dry run would remove, then the summary), " +
+	"wide (every file, kept ones too, with more columns), json, yaml, or text (the summary alone); " +
+	"default table for a dry run, text for a real run"
+
+// parseOutput resolves the value of --output. Empty is the default: a dry
+// run is asked what it would remove, so it lists the files; a real run,
+// which may remove a million files, prints its summary (its log has the
+// record of each removal) and keeps its memory flat, unless a listing is
+// asked for.
+func parseOutput(s string, dryRun bool) (string, error) {
+	switch s {
+	case "":
+		if dryRun {
+			return outputTable, nil
+		}
+		return outputText, nil
+	case outputText, outputTable, outputWide, outputJSON, outputYAML:
+		return s, nil
+	}
+	return "", fmt.Errorf("invalid --output %q: want table, wide, json, yaml or text", s)
+}
+
+// printer writes what `sweepd prune` prints: its file method is the prune's
+// Options.OnFile, and finish writes the rest once the run is over. The
+// tables hold their rows until the end, to align and sort them; JSON and
+// YAML write each file as it comes, in the order the run decides them, so
+// that a listing of a million files needs no memory for them.
+type printer struct {
+	w      *bufio.Writer
+	format string
+	// dir and dryRun say what the run was, for an output without a
+	// summary (the run could not start).
+	dir    string
+	dryRun bool
+	// now is the clock of the ages in the tables.
+	now func() time.Time
+	// rows are the tables' files.
+	rows []prune.File
+	// n counts the files written by JSON or YAML; err is their first
+	// write error, after which nothing more is written.
+	n   int
+	err error
+}
+
+// newPrinter returns a printer of format to w.
+func newPrinter(w io.Writer, format, dir string, dryRun bool, now func() time.Time) *printer {
+	return &printer{w: bufio.NewWriter(w), format: format, dir: dir, dryRun: dryRun, now: now}
+}
+
+// lists reports whether the format lists files, so that the prune must
+// report each (Options.OnFile).
+func (p *printer) lists() bool { return p.format != outputText }
+
+// file takes one file's outcome. The prune calls it one file at a time.
+func (p *printer) file(f prune.File) {
+	switch p.format {
+	case outputTable:
+		if f.Remove {
+			p.rows = append(p.rows, f)
+		}
+	case outputWide:
+		p.rows = append(p.rows, f)
+	case outputJSON, outputYAML:
+		if p.err == nil {
+			p.err = p.writeRow(f)
+		}
+		p.n++
+	}
+}
+
+// finish writes the output of a run that ended with sum and err (either
+// may be nil: no summary when the run could not start). The text formats
+// print nothing without a summary: the log on stderr says why; JSON and
+// YAML always print one object that says whether the run completed.
+func (p *printer) finish(sum *prune.Summary, runErr error) error {
+	var err error
+	switch p.format {
+	case outputJSON, outputYAML:
+		err = p.writeEnd(sum, runErr)
+	default:
+		if sum != nil {
+			err = p.writeText(sum, runErr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return p.w.Flush()
+}
+
+// writeText writes a table, if the format has one and it has rows, then
+// the summary.
+func (p *printer) writeText(sum *prune.Summary, runErr error) error {
+	if len(p.rows) > 0 {
+		if err := p.writeTable(); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(p.w, "\n"); err != nil {
+			return err
+		}
+	}
+	return sum.WriteTextResult(p.w, runErr)
+}
+
+// phaseOrder sorts the rows as the run goes: results files, then scratch
+// files, then the rest.
+func phaseOrder(p prune.Phase) int {
+	switch p {
+	case prune.PhaseResults:
+		return 0
+	case prune.PhaseScratch:
+		return 1
+	}
+	return 2
+}
+
+// writeTable writes the rows as kubectl prints a table: upper-case headers,
+// columns aligned by three spaces, <none> for what the file does not say.
+func (p *printer) writeTable() error {
+	slices.SortFunc(p.rows, func(a, b prune.File) int {
+		return cmp.Or(cmp.Compare(phaseOrder(a.Phase), phaseOrder(b.Phase)), strings.Compare(a.Name, b.Name))
+	})
+	now := p.now()
+	wide := p.format == outputWide
+	tw := tabwriter.NewWriter(p.w, 6, 4, 3, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "FILE\tPHASE\tPOD\tUID\tSANDBOX\tAGE\tACTION\tREASON")
+	} else {
+		fmt.Fprintln(tw, "FILE\tPOD\tUID\tAGE\tREASON")
+	}
+	for _, f := range p.rows {
+		pod, uid := orNone(f.PodName()), orNone(f.Pod.UID)
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.RelPath(), f.Phase, pod, uid, orNone(f.Sandbox),
+				age(now, f.ModTime), f.Action(), f.Reason)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.RelPath(), pod, uid, age(now, f.ModTime), f.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// age is a file's age as kubectl prints an object's (3h12m, 15d), or
+// <unknown> when the file was not read.
+func age(now, mtime time.Time) string {
+	if mtime.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(mtime))
+}
+
+// fileRow is one file in JSON and YAML, with the keys of kubectl's JSON.
+type fileRow struct {
+	File    string    `json:"file"`
+	Phase   string    `json:"phase"`
+	Action  string    `json:"action"`
+	Reason  string    `json:"reason"`
+	Pod     *podRow   `json:"pod,omitempty"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	ModTime time.Time `json:"modTime,omitzero"`
+}
+
+// podRow is the pod a results file names; a field the file lacks is left
+// out.
+type podRow struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+func newFileRow(f prune.File) fileRow {
+	r := fileRow{File: f.RelPath(), Phase: string(f.Phase), Action: f.Action(), Reason: string(f.Reason), Sandbox: f.Sandbox}
+	if f.Pod != (prune.PodRef{}) {
+		r.Pod = &podRow{f.Pod.Namespace, f.Pod.Name, f.Pod.UID}
+	}
+	if !f.ModTime.IsZero() {
+		r.ModTime = f.ModTime.UTC()
+	}
+	return r
+}
+
+// writeRow writes one file as an element of the object's "files" list,
+// opening the list before the first.
+func (p *printer) writeRow(f prune.File) error {
+	row := newFileRow(f)
+	if p.format == outputYAML {
+		data, err := yaml.Marshal(row)
+		if err != nil {
+			return err
+		}
+		if p.n == 0 {
+			if _, err := io.WriteString(p.w, "files:\n"); err != nil {
+				return err
+			}
+		}
+		// An element of a block sequence: "- " before its first line, two
+		// spaces before the others.
+		lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+		for i, l := range lines {
+			prefix := "  "
+			if i == 0 {
+				prefix = "- "
+			}
+			if _, err := io.WriteString(p.w, prefix+l); err != nil {
+				return err
+			}
+		}
+		_, err = io.WriteString(p.w, "\n")
+		return err
+	}
+	data, err := json.MarshalIndent(row, "    ", "  ")
+	if err != nil {
+		return err
+	}
+	sep := ",\n    "
+	if p.n == 0 {
+		sep = "{\n  \"files\": [\n    "
+	}
+	if _, err := io.WriteString(p.w, sep); err != nil {
+		return err
+	}
+	_, err = p.w.Write(data)
+	return err
+}
+
+// runJSON is what JSON and YAML say of the run besides its files: whether
+// it completed, and if not why, then the summary's fields (or, with no
+// summary, the directory and whether it was a dry run).
+func runJSON(dir string, dryRun bool, sum *prune.Summary, runErr error) ([]byte, error) {
+	var status struct {
+		Completed bool    `json:"completed"`
+		Error     *string `json:"error"`
+	}
+	status.Completed = runErr == nil
+	if runErr != nil {
+		msg := runErr.Error()
+		status.Error = &msg
+	}
+	head, err := json.Marshal(status)
+	if err != nil {
+		return nil, err
+	}
+	var body []byte
+	if sum != nil {
+		body, err = json.Marshal(sum)
+	} else {
+		body, err = json.Marshal(struct {
+			Dir    string `json:"dir"`
+			DryRun bool   `json:"dryRun"`
+		}{dir, dryRun})
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Both are objects with at least one key: one object of both keys.
+	return append(append(head[:len(head)-1], ','), body[1:]...), nil
+}
+
+// writeEnd closes the files list (or writes an empty one) and writes the
+// run's outcome and summary as the object's remaining keys.
+func (p *printer) writeEnd(sum *prune.Summary, runErr error) error {
+	if p.err != nil {
+		return p.err
+	}
+	obj, err := runJSON(p.dir, p.dryRun, sum, runErr)
+	if err != nil {
+		return err
+	}
+	if p.format == outputYAML {
+		if p.n == 0 {
+			if _, err := io.WriteString(p.w, "files: []\n"); err != nil {
+				return err
+			}
+		}
+		data, err := yaml.JSONToYAML(obj)
+		if err != nil {
+			return err
+		}
+		_, err = p.w.Write(data)
+		return err
+	}
+	var end string
+	if p.n == 0 {
+		end = "{\n  \"files\": [],"
+	} else {
+		end = "\n  ],"
+	}
+	if _, err := io.WriteString(p.w, end); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, obj, "", "  "); err != nil {
+		return err
+	}
+	// The object's keys without its opening brace: they follow "files".
+	if _, err := p.w.Write(buf.Bytes()[1:]); err != nil {
+		return err
+	}
+	_, err = io.WriteString(p.w, "\n")
+	return err
+}
