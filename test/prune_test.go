@@ -233,11 +233,62 @@ func TestPruneEndToEnd(t *testing.T) {
 		if err := controlplane.WriteKubeconfig(bad, &cfg); err != nil {
 			t.Fatal(err)
 		}
-		if _, code := run("--kubeconfig="+bad, "--sync-timeout=2s"); code != 1 {
+		out, code := run("--kubeconfig="+bad, "--sync-timeout=2s", "--output=json")
+		if code != 1 {
 			t.Fatalf("exit %d, want 1", code)
 		}
 		if got := c.remaining(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
 			t.Fatal("entries removed without a view of the pods")
+		}
+		// Still one object, that says the run did not complete and why.
+		var res struct {
+			Completed *bool   `json:"completed"`
+			Error     *string `json:"error"`
+			Files     []any   `json:"files"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("output: %v", err)
+		}
+		if res.Completed == nil || *res.Completed || res.Error == nil || !strings.Contains(*res.Error, "127.0.0.1:1") || len(res.Files) != 0 {
+			t.Fatalf("output %s: want completed false, the error, no files", out)
+		}
+	})
+
+	t.Run("dry run lists the files", func(t *testing.T) {
+		out, code := run("--kubeconfig="+cp.Kubeconfig, "--dry-run")
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		lines := strings.Split(out, "\n")
+		if got := strings.Fields(lines[0]); strings.Join(got, " ") != "FILE POD UID AGE REASON" {
+			t.Fatalf("header %q", lines[0])
+		}
+		rows := map[string]int{}
+		for _, l := range lines[1:] {
+			if l == "" {
+				break // the summary follows
+			}
+			f := strings.Fields(l)
+			if len(f) != 5 {
+				t.Fatalf("row %q: want 5 columns", l)
+			}
+			rows[f[1]+" "+f[4]]++
+			if f[3] != "60m" && f[3] != "61m" && f[3] != "62m" {
+				t.Errorf("row %q: age %s, want the hour-old mtime", l, f[3])
+			}
+		}
+		atts := len(multuscache.DefaultAttachments())
+		for row, n := range map[string]int{"default/gone pod-gone": atts, "default/web-0 pod-gone": atts,
+			"default/elsewhere pod-gone": atts, "<none> orphan-scratch": 4} {
+			if rows[row] != n {
+				t.Errorf("%d rows %q, want %d (all: %v)", rows[row], row, n, rows)
+			}
+		}
+		if !strings.Contains(out, "would remove 6 results, 4 scratch; 0 errors") {
+			t.Errorf("no summary after the table")
+		}
+		if got := c.remaining(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
+			t.Fatal("dry run removed entries")
 		}
 	})
 
@@ -247,13 +298,34 @@ func TestPruneEndToEnd(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 		var sum struct {
-			Removed map[string]int `json:"removed"`
+			Removed   map[string]int `json:"removed"`
+			Completed bool           `json:"completed"`
+			Files     []struct {
+				File   string `json:"file"`
+				Action string `json:"action"`
+				Pod    struct {
+					Namespace, Name, UID string
+				} `json:"pod"`
+			} `json:"files"`
 		}
 		if err := json.Unmarshal([]byte(out), &sum); err != nil {
 			t.Fatal(err)
 		}
-		if sum.Removed["results"] != 6 || sum.Removed["scratch"] != 4 {
-			t.Fatalf("would remove %v, want 6 results and 4 scratch", sum.Removed)
+		if sum.Removed["results"] != 6 || sum.Removed["scratch"] != 4 || !sum.Completed {
+			t.Fatalf("would remove %v, completed %v; want 6 results and 4 scratch", sum.Removed, sum.Completed)
+		}
+		would := 0
+		for _, f := range sum.Files {
+			if f.Action != "would-remove" {
+				continue
+			}
+			would++
+			if strings.HasPrefix(f.File, "results/") && (f.Pod.UID == "" || f.Pod.Name == "") {
+				t.Errorf("%s: no pod", f.File)
+			}
+		}
+		if would != 10 || len(sum.Files) != len(before) {
+			t.Errorf("%d files, %d would be removed; want every one of %d entries, 10 to remove", len(sum.Files), would, len(before))
 		}
 		if got := c.remaining(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
 			t.Fatal("dry run removed entries")
@@ -261,8 +333,28 @@ func TestPruneEndToEnd(t *testing.T) {
 	})
 
 	t.Run("prune", func(t *testing.T) {
-		if _, code := run("--kubeconfig="+cp.Kubeconfig, "--log-level=debug"); code != 0 {
-			t.Fatalf("exit %d", code)
+		_, stderr, code := runCmd(t, exec.Command(sweepd, "prune", "--node-name=node-a", "--multus-dir="+c.dir, "--min-age=2m",
+			"--kubeconfig="+cp.Kubeconfig, "--log-format=json"))
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		// At info level, the record of each file that went.
+		removed := 0
+		for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+			var line map[string]any
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("%v: %s", err, l)
+			}
+			if line["msg"] != "removed" {
+				continue
+			}
+			removed++
+			if line["phase"] == "results" && (line["pod"] == nil || line["pod_uid"] == nil || line["reason"] != "pod-gone") {
+				t.Errorf("removal without its pod, uid or reason: %s", l)
+			}
+		}
+		if removed != 10 {
+			t.Errorf("%d removals logged, want 10:\n%s", removed, stderr)
 		}
 		if got, want := strings.Join(c.remaining(t), "\n"), strings.Join(c.want, "\n"); got != want {
 			t.Fatalf("remaining:\n%s\n\nwant:\n%s", got, want)
@@ -296,8 +388,8 @@ func TestPruneEndToEnd(t *testing.T) {
 			}
 			n[ev.Verb+" "+ev.ObjectRef.Resource]++
 		}
-		// The dry run and the prune.
-		if want := map[string]int{"list pods": 2, "get nodes": 2}; !maps.Equal(n, want) {
+		// The two dry runs and the prune.
+		if want := map[string]int{"list pods": 3, "get nodes": 3}; !maps.Equal(n, want) {
 			t.Fatalf("requests from sweepd %v, want %v", n, want)
 		}
 	})
