@@ -239,7 +239,7 @@ func (d *deleter) record(t Target, object string, o Outcome, reason string) {
 		d.failed++
 		d.mu.Unlock()
 	}
-	d.opts.Log.Log(context.Background(), lvl, "resource", "object", object, "outcome", string(o), "reason", reason, "mustDelete", t.Entry.MustDelete)
+	d.opts.Log.Log(context.Background(), lvl, "resource", "object", object, "outcome", string(o), "reason", reason, "must_delete", t.Entry.MustDelete)
 	d.sum.add(r)
 }
 

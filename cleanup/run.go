@@ -100,7 +100,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := opts.Self.Validate(); err != nil {
 		return sum, err
 	}
-	log.Info("cleanup starting", "files", len(files), "resources", len(entries), "selfCleanup", opts.Self.Name != "", "dryRun", opts.DryRun)
+	log.Info("cleanup starting", "files", len(files), "resources", len(entries), "self_cleanup", opts.Self.Name != "", "dry_run", opts.DryRun)
 
 	var finalize *FinalizeServer
 	if opts.EnableFinalizeServer {

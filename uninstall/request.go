@@ -146,7 +146,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 		} else {
 			if next, err := readStatus(ctx, dc, o, h); err == nil && next != st {
 				st = next
-				log.Info("cluster phase", "phase", st.phase, "missingNodes", st.missing, "message", st.message)
+				log.Info("cluster phase", "phase", st.phase, "missing_nodes", st.missing, "message", st.message)
 			}
 			if st.phase == "" || st.phase == PhaseBarrier {
 				if b, err := Barrier(ctx, dc, ds, h); err == nil && len(b.Reported) != lastReported {

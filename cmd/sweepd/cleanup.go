@@ -65,10 +65,10 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 		switch {
 		case self.ClusterRole != "" && self.ClusterRoleBinding == "":
 			self.ClusterRoleBinding = cleanup.DefaultRoleBinding
-			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "clusterRoleBinding", self.ClusterRoleBinding)
+			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "cluster_role_binding", self.ClusterRoleBinding)
 		case self.ClusterRole == "" && self.ClusterRoleBinding != "":
 			self.ClusterRole = cleanup.DefaultRole
-			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "clusterRole", self.ClusterRole)
+			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "cluster_role", self.ClusterRole)
 		}
 		if debug {
 			e.log.Info("--debug is accepted for compatibility only; use --log-level=debug")
