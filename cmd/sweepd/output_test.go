@@ -220,3 +220,37 @@ func TestPruneOutputFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestOutputYAMLQuoting checks that names a YAML reader would take for
+// another type (a number, a boolean, null, a key) read back as the strings
+// they are: file names and the pods in cache files are anyone's.
+func TestOutputYAMLQuoting(t *testing.T) {
+	names := []string{"123", "on", "null", "a: b", "- x", "#c", "\"q\"", "line\nbreak", "1e3", "0x1F", "~"}
+	var buf bytes.Buffer
+	p := newPrinter(&buf, outputYAML, "/var/lib/cni/multus", true, outputNow)
+	for _, n := range names {
+		p.file(prune.File{Phase: prune.PhaseOther, Name: n, Pod: prune.PodRef{Namespace: n, Name: n, UID: n}, Reason: prune.ReasonOtherName})
+	}
+	if err := p.finish(outputSummary(true), nil); err != nil {
+		t.Fatal(err)
+	}
+	var obj struct {
+		Files []struct {
+			File string `json:"file"`
+			Pod  struct {
+				Namespace, Name, UID string
+			} `json:"pod"`
+		} `json:"files"`
+	}
+	if err := yaml.Unmarshal(buf.Bytes(), &obj); err != nil {
+		t.Fatalf("%v\n%s", err, buf.Bytes())
+	}
+	if len(obj.Files) != len(names) {
+		t.Fatalf("%d files, want %d", len(obj.Files), len(names))
+	}
+	for i, f := range obj.Files {
+		if f.File != names[i] || f.Pod.Namespace != names[i] || f.Pod.Name != names[i] || f.Pod.UID != names[i] {
+			t.Errorf("file %d read back as %+v, want %q", i, f, names[i])
+		}
+	}
+}
