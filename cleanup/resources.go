@@ -258,7 +258,7 @@ func (d *deleter) target(ctx context.Context, t Target) {
 			// Not an error, but most likely a typo: say so louder than a
 			// skip.
 			d.opts.Log.Warn("entry names a resource its group/version does not serve: a typo, or a CRD already removed",
-				"entry", e.String(), "didYouMean", t.DidYouMean, "served", t.ServedResources)
+				"entry", e.String(), "did_you_mean", t.DidYouMean, "served", t.ServedResources)
 		}
 		d.record(t, e.String(), Skipped, t.notServed())
 		return
