@@ -211,7 +211,7 @@ func (k *kubeFlags) load() (*rest.Config, error) {
 	}
 	home := clientcmd.RecommendedHomeFile
 	if _, err := os.Stat(home); err != nil {
-		return nil, fmt.Errorf("no kubeconfig found: tried --kubeconfig (not set), $KUBECONFIG (not set), the in-cluster config (%v), %s (%w)",
+		return nil, fmt.Errorf("no kubeconfig found: tried --kubeconfig (not set), $KUBECONFIG (not set), the in-cluster config (%w), %s (%w)",
 			inClusterErr, home, errors.Unwrap(err))
 	}
 	return clientcmd.BuildConfigFromFlags("", home)
