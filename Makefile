@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube test unit vet lint demo clean docs release
+.PHONY: all build kube deps test unit vet lint demo clean docs release
 
 all: build
 
@@ -34,7 +34,12 @@ lint:
 # test/hostclock sets the host's wall clock, which every test's daemon would
 # see: it runs alone, after all the others.
 HOSTCLOCK_PKG = github.com/sweep-k8s/sweep/test/hostclock
-test: kube vet lint
+# The Debian packages the tests run (containerd, runc, iptables, promtool,
+# ...): installed when missing and root, else the one command to run.
+deps:
+	hack/install-deps.sh
+
+test: deps kube vet lint
 	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -vx '$(HOSTCLOCK_PKG)')
 	$(GO) test $(TESTFLAGS) $(HOSTCLOCK_PKG)
 
@@ -67,6 +72,8 @@ docs:
 	SWEEP_UPDATE_README=1 $(GO) test -count=1 -run '^(TestREADMEFlagReference|TestChartREADME)$$' ./test/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
-# cache, the daemon pruning it, its metrics.
-demo: kube build
+# cache, the daemon pruning it, its metrics. It builds only what it runs:
+# etcd and kube-apiserver (hack/build-tools.sh controlplane), and sweepd.
+demo: build
+	hack/build-tools.sh controlplane
 	$(GO) run ./hack/demo -sweepd $(BIN)/sweepd

@@ -6,7 +6,7 @@
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -40,7 +40,9 @@ build() {
 	echo "build-tools: $name built in $((SECONDS - start))s" >&2
 }
 
-kube() {
+# kube_cmds NAME... builds the Kubernetes commands NAME (kube-apiserver, ...)
+# at the version of the tools module.
+kube_cmds() {
 	local v
 	v=$(version "$tools/kube" k8s.io/kubernetes)
 	: "${v:?cannot read the version from go.mod}"
@@ -50,12 +52,18 @@ kube() {
 	minor=${minor%%.*}
 	local pkgv=k8s.io/component-base/version
 	local ldflags="-X $pkgv.gitVersion=$v -X $pkgv.gitMajor=1 -X $pkgv.gitMinor=$minor -X $pkgv.gitTreeState=clean"
-	# kubelet and kube-scheduler make the real node of test/node.
-	for c in kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet; do
+	for c in "$@"; do
 		build "$tools/kube" "k8s.io/kubernetes/cmd/$c" "$cache/kube-$v" "$c" "$ldflags"
 	done
+}
+
+kube() {
+	# kubelet and kube-scheduler make the real node of test/node.
+	kube_cmds kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet
 	# The kubelet's AtomicWriter as a command, for tests of code that watches a
 	# mounted ConfigMap.
+	local v
+	v=$(version "$tools/kube" k8s.io/kubernetes)
 	build "$tools/kube" ./atomicwriter "$cache/kube-$v"
 }
 
@@ -125,6 +133,7 @@ containerd() {
 
 case ${1:-all} in
 kube) kube ;;
+controlplane) etcd; kube_cmds kube-apiserver ;; # what make demo runs
 etcd) etcd ;;
 helm) helm ;;
 helm-docs) helm_docs ;;

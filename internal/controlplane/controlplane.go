@@ -145,19 +145,20 @@ func Run(dir string, opts ...Option) (*ControlPlane, error) {
 func (cp *ControlPlane) start(cfg config) error {
 	dir := cp.Dir
 	bins := map[string]string{}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+	// Only what this control plane runs: make demo builds no more.
+	names := []string{"etcd", "kube-apiserver"}
+	if cfg.controllerManager {
+		names = append(names, "kube-controller-manager")
+	}
+	if cfg.scheduler {
+		names = append(names, "kube-scheduler")
+	}
+	for _, name := range names {
 		path, err := Binary(name)
 		if err != nil {
 			return err
 		}
 		bins[name] = path
-	}
-	if cfg.scheduler {
-		path, err := Binary("kube-scheduler")
-		if err != nil {
-			return err
-		}
-		bins["kube-scheduler"] = path
 	}
 	ports, err := freePorts(5)
 	if err != nil {
