@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -121,56 +122,157 @@ func lineDiff(a, b string) string {
 }
 
 // repoURL is the repository's address, as the systemd unit's
-// Documentation= links and the krew manifest give it.
+// Documentation= links, the chart's links and the krew manifest give it.
 const repoURL = "https://github.com/sweep-k8s/sweep"
 
-// TestDocAnchors checks that every link to a heading, #anchor, resolves:
-// within README.md and docs/*.md, between them, and from the systemd unit's
-// Documentation= into the repository on GitHub. Anchors are GitHub's
-// (githubAnchors); a heading renamed without its links breaks here.
+// docLinks checks the links of the repository's documentation: it loads
+// Markdown files (paths from the repository's root) and their GitHub
+// anchors on demand, and reports each link that does not resolve.
+type docLinks struct {
+	t       *testing.T
+	anchors map[string]map[string]bool
+}
+
+// check reports a link from the file from to target, a path from the
+// repository's root with an optional #anchor, that does not resolve: the
+// path must exist in the repository, and an anchor must be a heading's in a
+// Markdown file.
+func (d *docLinks) check(from, link, target, anchor string) {
+	d.t.Helper()
+	if target == ".." || strings.HasPrefix(target, "../") {
+		d.t.Errorf("%s: link %s leaves the repository", from, link)
+		return
+	}
+	if _, err := os.Stat(filepath.Join("..", target)); err != nil {
+		d.t.Errorf("%s: link %s: %s does not exist", from, link, target)
+		return
+	}
+	if anchor == "" {
+		return
+	}
+	if !strings.HasSuffix(target, ".md") {
+		d.t.Errorf("%s: link %s: an anchor into %s, which is not Markdown", from, link, target)
+		return
+	}
+	a, ok := d.anchors[target]
+	if !ok {
+		data, err := os.ReadFile(filepath.Join("..", target))
+		if err != nil {
+			d.t.Errorf("%s: link %s: %v", from, link, err)
+			return
+		}
+		a = githubAnchors(string(data))
+		d.anchors[target] = a
+	}
+	if !a[anchor] {
+		d.t.Errorf("%s: link %s: %s has no heading with the anchor #%s", from, link, target, anchor)
+	}
+}
+
+// checkRepoURL checks a URL into this repository on GitHub: the
+// repository's page (#anchor into README.md), or a file or directory of
+// main (/blob/main/..., /tree/main/...). Other pages (releases, issues) are
+// not checked.
+func (d *docLinks) checkRepoURL(from, url string) {
+	d.t.Helper()
+	ref, anchor, _ := strings.Cut(url, "#")
+	ref = strings.TrimSuffix(ref, "/")
+	switch {
+	case ref == repoURL:
+		if anchor != "" {
+			d.check(from, url, "README.md", anchor)
+		}
+	case strings.HasPrefix(ref, repoURL+"/blob/main/"):
+		d.check(from, url, strings.TrimPrefix(ref, repoURL+"/blob/main/"), anchor)
+	case strings.HasPrefix(ref, repoURL+"/tree/main/"):
+		d.check(from, url, strings.TrimPrefix(ref, repoURL+"/tree/main/"), anchor)
+	}
+}
+
+// TestDocAnchors checks that every link of the documentation resolves, as
+// GitHub renders it: in README.md and every docs/**/*.md, each relative link
+// (docs/x.md, docs/x.md#anchor, ../README.md, charts/sweep/values.yaml) names
+// a file of the repository and, with an #anchor, one of its headings
+// (githubAnchors); and everywhere in the repository (the systemd unit's
+// Documentation=, the chart's links and runbook URLs, the dashboard, the
+// krew manifest), each URL of this repository's README or of a file on main
+// does. A heading renamed or a section moved without its links breaks here.
 func TestDocAnchors(t *testing.T) {
-	docs, err := filepath.Glob("../docs/*.md")
+	d := &docLinks{t: t, anchors: map[string]map[string]bool{}}
+	docs := []string{"README.md"}
+	err := filepath.WalkDir("../docs", func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".md") {
+			docs = append(docs, strings.TrimPrefix(filepath.ToSlash(p), "../"))
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := append([]string{"README.md"}, docs...)
-	anchors := map[string]map[string]bool{} // path from the repository's root
-	texts := map[string]string{}
-	for _, f := range files {
-		f = strings.TrimPrefix(f, "../")
+	// Inline links and images, [text](target "title"), and reference
+	// definitions, [label]: target.
+	inline := regexp.MustCompile(`\]\(<?([^)\s>]+)>?(?:\s+"[^"]*")?\)`)
+	reference := regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)`)
+	for _, f := range docs {
 		data, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		texts[f] = string(data)
-		anchors[f] = githubAnchors(string(data))
-	}
-	check := func(from, target, file, anchor string) {
-		t.Helper()
-		a, ok := anchors[file]
-		switch {
-		case !ok:
-			t.Errorf("%s: link %s: %s is not a checked document", from, target, file)
-		case !a[anchor]:
-			t.Errorf("%s: link %s: %s has no heading with the anchor #%s", from, target, file, anchor)
+		text := withoutCodeBlocks(string(data))
+		var targets []string
+		for _, re := range []*regexp.Regexp{inline, reference} {
+			for _, m := range re.FindAllStringSubmatch(text, -1) {
+				targets = append(targets, m[1])
+			}
 		}
-	}
-	links := regexp.MustCompile(`\]\(([^)\s]+)\)`)
-	for f, text := range texts {
-		for _, m := range links.FindAllStringSubmatch(withoutCodeBlocks(text), -1) {
-			target := m[1]
-			ref, anchor, ok := strings.Cut(target, "#")
+		for _, link := range targets {
+			ref, anchor, _ := strings.Cut(link, "#")
 			switch {
-			case !ok:
+			case strings.Contains(ref, ":"): // a URL (https:, mailto:): repository URLs below
+			case strings.HasPrefix(ref, "/"):
+				t.Errorf("%s: link %s: use a relative link; GitHub resolves /paths differently in files and on the repository's page", f, link)
 			case ref == "":
-				check(f, target, f, anchor)
-			case ref == repoURL:
-				check(f, target, "README.md", anchor)
-			case !strings.Contains(ref, "://") && strings.HasSuffix(ref, ".md"):
-				check(f, target, path.Clean(path.Join(path.Dir(f), ref)), anchor)
+				d.check(f, link, f, anchor)
+			default:
+				d.check(f, link, path.Clean(path.Join(path.Dir(f), ref)), anchor)
 			}
 		}
 	}
+
+	// Every file of the repository that names a URL of it.
+	url := regexp.MustCompile(regexp.QuoteMeta(repoURL) + "[^\\s\"'`<>()\\[\\]{}]*")
+	err = filepath.WalkDir("..", func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(filepath.ToSlash(p), "../")
+		if e.IsDir() {
+			switch rel {
+			case ".git", "bin", "dist":
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.IndexByte(data, 0) >= 0 {
+			return nil // binary
+		}
+		for _, u := range url.FindAllString(string(data), -1) {
+			d.checkRepoURL(rel, strings.TrimRight(u, ".,;:"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The systemd units' Documentation= must be this repository's.
 	units, err := filepath.Glob("../systemd/*.service")
 	if err != nil || len(units) == 0 {
 		t.Fatalf("no systemd units: %v", err)
@@ -186,14 +288,7 @@ func TestDocAnchors(t *testing.T) {
 				continue
 			}
 			for _, url := range strings.Fields(v) {
-				ref, anchor, ok := strings.Cut(url, "#")
-				switch {
-				case ref == repoURL && ok:
-					check(u, url, "README.md", anchor)
-				case strings.HasPrefix(ref, repoURL+"/blob/main/") && ok:
-					check(u, url, strings.TrimPrefix(ref, repoURL+"/blob/main/"), anchor)
-				case strings.HasPrefix(ref, repoURL):
-				default:
+				if url != repoURL && !strings.HasPrefix(url, repoURL+"/") && !strings.HasPrefix(url, repoURL+"#") {
 					t.Errorf("%s: Documentation=%s is not this repository's", u, url)
 				}
 			}
