@@ -13,6 +13,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/internal/testbin"
 )
 
@@ -377,5 +378,36 @@ func TestGitHubSlug(t *testing.T) {
 	}
 	if a := githubAnchors("# A\n## A\n```\n# not a heading\n```\n### A ###\n"); !a["a"] || !a["a-1"] || !a["a-2"] || a["not-a-heading"] {
 		t.Errorf("anchors %v: want a, a-1, a-2 and no heading from the code block", a)
+	}
+}
+
+// TestCleanupDocExamples parses the config files that docs/cleanup.md shows,
+// the fenced blocks whose info string names the file (```json
+// file-config.json), with sweepd cleanup's own parser.
+func TestCleanupDocExamples(t *testing.T) {
+	data, err := os.ReadFile("../docs/cleanup.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?ms)^```json (\\S+)\n(.*?)^```").FindAllStringSubmatch(string(data), -1)
+	seen := map[string]int{}
+	for _, b := range blocks {
+		name, text := b[1], []byte(b[2])
+		seen[name]++
+		switch name {
+		case cleanup.FileConfigName:
+			if paths, err := cleanup.ParseFileConfig(text); err != nil || len(paths) == 0 {
+				t.Errorf("docs/cleanup.md's %s: %d paths, %v", name, len(paths), err)
+			}
+		case cleanup.ResourceConfigName:
+			if entries, err := cleanup.ParseResourceConfig(text); err != nil || len(entries) == 0 {
+				t.Errorf("docs/cleanup.md's %s: %d entries, %v", name, len(entries), err)
+			}
+		default:
+			t.Errorf("docs/cleanup.md: a JSON block named %s, not a config file", name)
+		}
+	}
+	if seen[cleanup.FileConfigName] == 0 || seen[cleanup.ResourceConfigName] == 0 {
+		t.Errorf("docs/cleanup.md shows %v, want an example of both config files", seen)
 	}
 }
