@@ -18,7 +18,6 @@ import (
 )
 
 const (
-	readmePath = "../README.md"
 	// flagsPath is the flag reference's file, generated between flagsBegin
 	// and flagsEnd.
 	flagsPath  = "../docs/reference/flags.md"
