@@ -764,7 +764,7 @@ func TestChartApply(t *testing.T) {
 		t.Fatalf("a pod from the DaemonSet's template is rejected: %v", err)
 	}
 
-	// As the README says: the baseline Pod Security level refuses it
+	// As README.md and docs/install.md say: the baseline Pod Security level refuses it
 	// (hostPath), so the namespace needs the privileged level.
 	baseline := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sweep-baseline", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), baseline, metav1.CreateOptions{}); err != nil {
