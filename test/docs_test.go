@@ -410,3 +410,32 @@ func TestCleanupDocExamples(t *testing.T) {
 		t.Errorf("docs/cleanup.md shows %v, want an example of both config files", seen)
 	}
 }
+
+// TestPruneReasonsDocumented checks that docs/prune.md's tables have a row
+// for every reason a run can print or a metric can carry: prune's Reason
+// constants (less vanished, which is counted apart) and the daemon's reasons
+// to skip a run.
+func TestPruneReasonsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/prune.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, re := range map[string]*regexp.Regexp{
+		"../prune/planner.go":  regexp.MustCompile(`(?m)^\t\w+ Reason = "([a-z-]+)"`),
+		"../daemon/metrics.go": regexp.MustCompile(`(?m)^\tskip\w+ += "([a-z-]+)"`),
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons := re.FindAllStringSubmatch(string(src), -1)
+		if len(reasons) < 5 {
+			t.Fatalf("%s: found %d reasons; has the declaration changed?", file, len(reasons))
+		}
+		for _, m := range reasons {
+			if !strings.Contains(string(doc), "\n| `"+m[1]+"` |") {
+				t.Errorf("reason %s (%s) has no row in docs/prune.md", m[1], strings.TrimPrefix(file, "../"))
+			}
+		}
+	}
+}
