@@ -64,12 +64,12 @@ clean:
 release:
 	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh
 
-# Regenerate the README's flag reference from the commands' --help, and the
-# chart's README from its values.yaml with helm-docs; test/docs_test.go and
-# test/chart_test.go fail while either is stale.
+# Regenerate the flag reference, docs/reference/flags.md, from the commands'
+# --help, and the chart's README from its values.yaml with helm-docs;
+# test/docs_test.go and test/chart_test.go fail while either is stale.
 docs:
 	hack/build-tools.sh helm-docs
-	SWEEP_UPDATE_README=1 $(GO) test -count=1 -run '^(TestREADMEFlagReference|TestChartREADME)$$' ./test/
+	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics. It builds only what it runs:

@@ -98,7 +98,7 @@ metadata:
   name: create-transient_configmap
 spec:
   version: $version
-  homepage: https://github.com/sweep-k8s/sweep#kubectl-create-transient_configmap
+  homepage: https://github.com/sweep-k8s/sweep/blob/main/docs/kubectl-plugin.md
   shortDescription: Run a Job with a ConfigMap that is deleted with the Job
   description: |
     Runs a Job (from a CronJob or an image) with a ConfigMap made for that run
@@ -114,8 +114,8 @@ spec:
 $platforms_yaml
 YAML
 # sweepd with what the systemd route needs besides it, so that it needs neither
-# Go nor a clone: install the binary, the unit and its environment file as the
-# README's "With systemd" says.
+# Go nor a clone: install the binary, the unit and its environment file as
+# "With systemd" in docs/install.md says.
 for p in $sweepd_platforms; do
 	os=${p%/*} arch=${p#*/}
 	dir=$stage/sweepd-$os-$arch

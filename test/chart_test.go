@@ -764,7 +764,7 @@ func TestChartApply(t *testing.T) {
 		t.Fatalf("a pod from the DaemonSet's template is rejected: %v", err)
 	}
 
-	// As the README says: the baseline Pod Security level refuses it
+	// As README.md and docs/install.md say: the baseline Pod Security level refuses it
 	// (hostPath), so the namespace needs the privileged level.
 	baseline := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sweep-baseline", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), baseline, metav1.CreateOptions{}); err != nil {
@@ -1003,7 +1003,7 @@ func TestChartMetadata(t *testing.T) {
 
 // TestChartREADME keeps charts/sweep/README.md equal to what helm-docs
 // generates from values.yaml, Chart.yaml and README.md.gotmpl. `make docs`
-// (SWEEP_UPDATE_README=1) rewrites it.
+// (SWEEP_UPDATE_DOCS=1) rewrites it.
 func TestChartREADME(t *testing.T) {
 	// helm-docs writes README.md next to the chart it finds: a copy, so
 	// that the test never changes the tree unless asked to.
@@ -1021,7 +1021,7 @@ func TestChartREADME(t *testing.T) {
 	if bytes.Equal(current, want) {
 		return
 	}
-	if os.Getenv("SWEEP_UPDATE_README") == "1" {
+	if os.Getenv("SWEEP_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(chartDir+"/README.md", want, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/sweep-k8s/sweep/internal/controlplane"
 )
 
-// TestSpectroCleanupCompat is the README's "Differences from
+// TestSpectroCleanupCompat is docs/cleanup.md's "Differences from
 // spectro-cleanup" table, one subtest per row: the same Job, flags and
 // config a spectro-cleanup user has, run through the image's entry point
 // against a real control plane with the garbage collector, and what is

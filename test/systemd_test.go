@@ -382,11 +382,11 @@ waiting:
 }
 
 // checkMetricsDocumented checks that every sweep_* metric the daemon serves
-// is in the README's metrics table, and logs the daemon's resident memory
-// (the chart's requests and limits are based on it).
+// is in docs/metrics.md's tables, and logs the daemon's resident memory (the
+// chart's requests and limits are based on it).
 func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 	t.Helper()
-	readme, err := os.ReadFile(readmePath)
+	doc, err := os.ReadFile("../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,8 +395,8 @@ func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 		t.Fatalf("/metrics = %d", code)
 	}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (sweep_\w+) `).FindAllStringSubmatch(body, -1) {
-		if !strings.Contains(string(readme), "`"+m[1]) {
-			t.Errorf("metric %s is not in README.md's metrics table", m[1])
+		if !strings.Contains(string(doc), "`"+m[1]) {
+			t.Errorf("metric %s is not in docs/metrics.md", m[1])
 		}
 	}
 	t.Logf("daemon resident memory: %.1f MiB", d.metric(t, "process_resident_memory_bytes")/(1<<20))

@@ -57,7 +57,8 @@ type nodeEnv struct {
 	proc                            *daemonProc
 }
 
-// daemonRules are the DaemonSet's namespaced rights, as the README lists them.
+// daemonRules are the DaemonSet's namespaced rights, as docs/uninstall.md
+// lists them.
 func daemonRules(name string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
@@ -71,8 +72,8 @@ func daemonRules(name string) []rbacv1.PolicyRule {
 	}
 }
 
-// uninstallRules are the uninstall hook's namespaced rights, as the README
-// lists them.
+// uninstallRules are the uninstall hook's namespaced rights, as
+// docs/uninstall.md lists them.
 func uninstallRules(name string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},

@@ -7,7 +7,7 @@
 // passed), deletes the resources and finally the DaemonSet itself with its
 // RBAC (the cluster phase). Progress is kept by content hash under a state
 // directory, so a restarted daemon neither redoes finished work nor loses
-// interrupted work. See the README's "Uninstall" section for the design.
+// interrupted work. docs/design/coordinated-uninstall.md has the design.
 package uninstall
 
 import (

@@ -38,8 +38,8 @@ const pluginName = "kubectl-create-transient_configmap"
 // runnerRules, to show that they are enough.
 const runnerToken = "transient-runner-token"
 
-// runnerRules are the permissions the plugin may use, exactly the README's
-// table.
+// runnerRules are the permissions the plugin may use, exactly the table of
+// docs/kubectl-plugin.md.
 var runnerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"batch"}, Resources: []string{"cronjobs"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
@@ -843,8 +843,8 @@ func TestPlugin(t *testing.T) {
 
 	// kubectl 1.31 and later find a create plugin whatever follows its
 	// name; 1.29 and 1.30 only when a flag follows it directly (they look
-	// up kubectl-create-transient_configmap-cfg otherwise), so the README
-	// gives that order for them. Both orders work with the kubectl here.
+	// up kubectl-create-transient_configmap-cfg otherwise), so
+	// docs/kubectl-plugin.md gives that order for them. Both orders work with the kubectl here.
 	for _, tc := range []struct{ name, args string }{
 		{name: "NAME first", args: "create transient_configmap cfg --job-name=j --job-image=busybox --dry-run=client -o name"},
 		{name: "a flag first, for kubectl 1.29 and 1.30", args: "create transient_configmap --dry-run=client cfg --job-name=j --job-image=busybox -o name"},
