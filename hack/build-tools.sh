@@ -11,7 +11,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-tools=$root/internal/controlplane/tools
+tools=$root/hack/tools
 cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
 
 # version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.

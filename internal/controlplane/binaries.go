@@ -7,7 +7,7 @@ import (
 )
 
 // Versions of the binaries the harness runs. They must match the tools
-// modules under tools/ (a test checks), because hack/build-tools.sh names the
+// modules under hack/tools/ (a test checks), because hack/build-tools.sh names the
 // cache directories after those modules' versions.
 const (
 	KubeVersion = "v1.37.2"

@@ -13,13 +13,13 @@ import (
 // modules (which name the cache directories) in step.
 func TestVersionsMatchToolsModules(t *testing.T) {
 	for _, tc := range []struct{ mod, module, want string }{
-		{"tools/kube/go.mod", "k8s.io/kubernetes", controlplane.KubeVersion},
-		{"tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", controlplane.EtcdVersion},
-		{"tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
-		{"tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
-		{"tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
-		{"tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
-		{"tools/containerd/go.mod", "github.com/containerd/containerd/v2", controlplane.ContainerdVersion},
+		{"../../hack/tools/kube/go.mod", "k8s.io/kubernetes", controlplane.KubeVersion},
+		{"../../hack/tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", controlplane.EtcdVersion},
+		{"../../hack/tools/helm/go.mod", "helm.sh/helm/v3", controlplane.HelmVersion},
+		{"../../hack/tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
+		{"../../hack/tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
+		{"../../hack/tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
+		{"../../hack/tools/containerd/go.mod", "github.com/containerd/containerd/v2", controlplane.ContainerdVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))
 		if err != nil {

@@ -2,7 +2,7 @@
 // reservations live in the API server (IPPool and
 // OverlappingRangeIPReservation objects), for the CNI DEL tests. It is a
 // separate module: its Kubernetes dependencies need not match the others'.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/whereabouts
+module github.com/sweep-k8s/sweep/hack/tools/whereabouts
 
 go 1.26.8
 

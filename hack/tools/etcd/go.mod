@@ -1,5 +1,5 @@
 // Module etcd builds the etcd server that the test harness runs.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/etcd
+module github.com/sweep-k8s/sweep/hack/tools/etcd
 
 go 1.26.0
 

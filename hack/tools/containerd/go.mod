@@ -1,6 +1,6 @@
 // Module containerd builds containerd v2 (containerd, its runc shim and ctr)
 // for the test node's second runtime; Debian's containerd is 1.6.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/containerd
+module github.com/sweep-k8s/sweep/hack/tools/containerd
 
 go 1.26.6
 

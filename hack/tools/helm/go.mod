@@ -1,6 +1,6 @@
 // Module helm builds the helm binary that the chart tests run.
 // It is a separate module so that the main go.mod stays lean.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/helm
+module github.com/sweep-k8s/sweep/hack/tools/helm
 
 go 1.26.0
 

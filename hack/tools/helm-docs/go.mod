@@ -1,7 +1,7 @@
 // Module helm-docs builds the helm-docs binary that generates the chart's
 // README from values.yaml. It is a separate module so that the main go.mod
 // stays lean.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/helm-docs
+module github.com/sweep-k8s/sweep/hack/tools/helm-docs
 
 go 1.26.0
 

@@ -1,6 +1,6 @@
 // Module kube builds the Kubernetes binaries that the test harness runs.
 // It is a separate module so that the main go.mod stays lean.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/kube
+module github.com/sweep-k8s/sweep/hack/tools/kube
 
 go 1.26.0
 

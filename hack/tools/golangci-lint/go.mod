@@ -1,6 +1,6 @@
 // Module golangci-lint builds the linter that `make lint` (part of
 // `make test`) runs, pinned here instead of downloaded as a binary.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/golangci-lint
+module github.com/sweep-k8s/sweep/hack/tools/golangci-lint
 
 go 1.26.0
 

@@ -1,7 +1,7 @@
 // Module cni builds the CNI plugins (bridge, host-local, loopback) that the
 // CNI DEL tests run real attachments with. It is a separate module so that
 // the main go.mod stays lean.
-module github.com/sweep-k8s/sweep/internal/controlplane/tools/cni
+module github.com/sweep-k8s/sweep/hack/tools/cni
 
 go 1.26.8
 
