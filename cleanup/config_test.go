@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 func TestParseResourceConfig(t *testing.T) {

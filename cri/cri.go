@@ -8,7 +8,7 @@
 // brings OpenTelemetry, k8s.io/component-base and klog) nor
 // google.golang.org/grpc (about 5 MiB more resident memory for the node
 // daemon) is linked; the tests run it against a grpc-go server of the real
-// generated API (internal/fakecri).
+// generated API (test/framework/fakecri).
 package cri
 
 import (

@@ -10,9 +10,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sweep-k8s/sweep/cri"
-	"github.com/sweep-k8s/sweep/internal/fakecri"
-	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 func TestParseEndpoint(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // tree is a cache directory with one of everything the prune must handle.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // sandboxes is a SandboxIndex over a fixed set that can turn unsynced after

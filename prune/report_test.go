@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // TestRunOnFile checks the per-file report that `sweepd prune` lists

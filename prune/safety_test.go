@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sweep-k8s/sweep/internal/multuscache"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // releaseFunc is a Releaser over a function.

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/eagerproxy"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/eagerproxy"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 // chartUninstallValues turns the uninstall on with a file on the node and

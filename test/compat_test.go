@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 // TestSpectroCleanupCompat is docs/cleanup.md's "Differences from

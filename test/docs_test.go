@@ -14,7 +14,7 @@ import (
 	"unicode"
 
 	"github.com/sweep-k8s/sweep/cleanup"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 const (

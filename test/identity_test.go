@@ -9,9 +9,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/fakecri"
-	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // TestNodeViewMustBeThisMachine: a field-selected list for a node name that

@@ -1,5 +1,5 @@
 // Package test holds end-to-end tests: the built binaries as processes
-// against a real control plane (internal/controlplane) and real files.
+// against a real control plane (test/framework/controlplane) and real files.
 package test
 
 import (
@@ -22,9 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/multuscache"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 // predateViews lets the files a test wrote age past the margin within which

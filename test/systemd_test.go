@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 // unitForTest returns a copy of systemd/sweepd.service whose ExecStart names

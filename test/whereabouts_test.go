@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 var (

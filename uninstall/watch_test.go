@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/cleanup"
-	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 // project writes data into dst with the kubelet's own AtomicWriter, as the

@@ -1,5 +1,5 @@
 // Command demo shows sweepd's main job without a cluster: it starts a local
-// control plane (internal/controlplane), creates pods on a node, writes a
+// control plane (test/framework/controlplane), creates pods on a node, writes a
 // multus cache with live and stale entries of the real shapes, runs
 // `sweepd daemon` against it with a short schedule, and shows what was pruned
 // and the metrics. `make demo` runs it. With -measure it also reports the
@@ -27,8 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 const node = "demo-node"

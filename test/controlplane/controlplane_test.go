@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 func pod(name, node string) *corev1.Pod {

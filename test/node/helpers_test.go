@@ -26,8 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 const (

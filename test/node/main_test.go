@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sweep-k8s/sweep/internal/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 func TestMain(m *testing.M) {

@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/internal/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 const (
@@ -136,7 +136,7 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		}
 		n.teardown(t)
 	})
-	pause := testbin.BuildStatic(t, "./internal/controlplane/pause")
+	pause := testbin.BuildStatic(t, "./test/framework/controlplane/pause")
 	if err := n.start(); err != nil {
 		t.Fatalf("node: %v", err)
 	}

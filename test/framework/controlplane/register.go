@@ -14,7 +14,7 @@ import (
 )
 
 // FakeRuntime is what RegisterNode's Nodes report as their container
-// runtime: the name and version of the fake runtime (internal/fakecri), as
+// runtime: the name and version of the fake runtime (test/framework/fakecri), as
 // a kubelet on it would.
 const FakeRuntime = "fakecri://0.0.0"
 
