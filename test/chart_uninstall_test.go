@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/eagerproxy"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -190,7 +191,7 @@ metadata: {name: bystander, namespace: kube-system}
 		}
 	}
 	d := startDaemon(t, daemonKC, args...)
-	eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	framework.Eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 
 	// The hook, with the Job's args and the hook ConfigMap as its source.
 	source := t.TempDir()
@@ -228,7 +229,7 @@ metadata: {name: bystander, namespace: kube-system}
 
 	// Play the kubelet: project the cleanup ConfigMap into the daemon's
 	// directory, with /host as the node's root.
-	eventually(t, 30*time.Second, "the cleanup ConfigMap", func() bool {
+	framework.Eventually(t, 30*time.Second, "the cleanup ConfigMap", func() bool {
 		cm, err := cs.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "sweep-e2e-cleanup", metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -256,7 +257,7 @@ metadata: {name: bystander, namespace: kube-system}
 	}
 	t.Logf("uninstall done in %s", time.Since(start).Round(100*time.Millisecond))
 
-	if exists(hostFile) {
+	if framework.Exists(hostFile) {
 		t.Error("the node's file is still there")
 	}
 	gone := func(err error) bool { return apierrors.IsNotFound(err) }
@@ -270,7 +271,7 @@ metadata: {name: bystander, namespace: kube-system}
 	if strings.TrimSpace(out) != "" {
 		t.Errorf("CRD widgets.example.com still there: %s", out)
 	}
-	eventually(t, 30*time.Second, "the daemon's DaemonSet and RBAC to be gone", func() bool {
+	framework.Eventually(t, 30*time.Second, "the daemon's DaemonSet and RBAC to be gone", func() bool {
 		_, e1 := cs.AppsV1().DaemonSets(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
 		_, e2 := cs.RbacV1().ClusterRoles().Get(ctx, "sweep-e2e", metav1.GetOptions{})
 		_, e3 := cs.RbacV1().ClusterRoleBindings().Get(ctx, "sweep-e2e", metav1.GetOptions{})

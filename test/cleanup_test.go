@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -345,16 +345,6 @@ func assertUntouched(t *testing.T, cs kubernetes.Interface, j *selfJob) {
 	}
 }
 
-func cleanupFreePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func TestCleanupSelfJob(t *testing.T) {
 	entry := cleanupEntryPoint(t)
 	cp := controlplane.Start(t, controlplane.WithControllerManager())
@@ -409,7 +399,7 @@ func TestCleanupSelfJob(t *testing.T) {
 	for i, fc := range finalizeCalls {
 		t.Run(fc.name, func(t *testing.T) {
 			j := installSelfJob(t, cp, cs, "self-finalize-"+strconv.Itoa(i))
-			port := cleanupFreePort(t)
+			port := framework.FreePort(t)
 			const timeout = 300
 			cmd, stdout, lines := startCleanup(t, entry, j.args("--enable-grpc-server", "--grpc-port="+strconv.Itoa(port), "--cleanup-timeout-seconds="+strconv.Itoa(timeout)))
 			waitForLine(t, lines, "waiting for FinalizeCleanup", time.Minute)
@@ -434,7 +424,7 @@ func TestCleanupSelfJob(t *testing.T) {
 	t.Run("timeout fallback", func(t *testing.T) {
 		j := installSelfJob(t, cp, cs, "self-timeout")
 		start := time.Now()
-		code, _ := runCleanup(t, entry, j.args("--enable-grpc-server", "--grpc-port="+strconv.Itoa(cleanupFreePort(t)), "--cleanup-timeout=2"))
+		code, _ := runCleanup(t, entry, j.args("--enable-grpc-server", "--grpc-port="+strconv.Itoa(framework.FreePort(t)), "--cleanup-timeout=2"))
 		if code != 0 {
 			t.Fatalf("exit %d, want 0", code)
 		}
@@ -475,7 +465,7 @@ func TestCleanupSelfJob(t *testing.T) {
 
 	t.Run("dry run", func(t *testing.T) {
 		j := installSelfJob(t, cp, cs, "self-dry")
-		code, out := runCleanup(t, entry, j.args("--dry-run", "--enable-grpc-server", "--grpc-port="+strconv.Itoa(cleanupFreePort(t))))
+		code, out := runCleanup(t, entry, j.args("--dry-run", "--enable-grpc-server", "--grpc-port="+strconv.Itoa(framework.FreePort(t))))
 		if code != 0 {
 			t.Fatalf("exit %d, want 0", code)
 		}

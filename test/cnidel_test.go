@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -44,16 +44,6 @@ func ip(t *testing.T, args ...string) string {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-func linkExists(t *testing.T, name string) bool {
-	t.Helper()
-	err := exec.Command("ip", "link", "show", "dev", name).Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return err == nil
 }
 
 func randHex(t *testing.T, n int) string {
@@ -194,7 +184,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 			continue
 		}
 		for _, v := range p.veths {
-			eventually(t, 30*time.Second, "host veth "+v+" of "+p.name+" gone with its namespace", func() bool { return !linkExists(t, v) })
+			framework.Eventually(t, 30*time.Second, "host veth "+v+" of "+p.name+" gone with its namespace", func() bool { return !framework.LinkExists(t, v) })
 		}
 	}
 	const stale = 5 * 2 // deleted pods times networks
@@ -257,7 +247,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 				t.Errorf("%s: IPs of %s released", stage, p.name)
 			}
 			for _, v := range p.veths {
-				if veths && linkExists(t, v) != !strings.HasPrefix(p.name, "reboot-") {
+				if veths && framework.LinkExists(t, v) != !strings.HasPrefix(p.name, "reboot-") {
 					t.Errorf("%s: host veth %s of %s changed", stage, v, p.name)
 				}
 			}
@@ -322,7 +312,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 				t.Errorf("%s: %d of its %d IP allocations left", p.name, n, len(nets))
 			}
 			for _, v := range p.veths {
-				if linkExists(t, v) != live {
+				if framework.LinkExists(t, v) != live {
 					t.Errorf("%s: host veth %s exists: %v", p.name, v, !live)
 				}
 			}
@@ -359,7 +349,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 		// releases the attachments, counts them, and leaves live-0 alone.
 		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--min-age=0s",
 			"--schedule=@every 1s", "--cni-del", "--cni-bin-dir="+binDir)
-		eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 		const ok = `sweep_prune_cni_dels_total{result="succeeded"}`
 		if n := d.metric(t, ok); n != 0 {
 			t.Fatalf("%s = %v before any pod died", ok, n)
@@ -374,7 +364,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 			}
 		}
 		deletePod(t, cs, "default", live1.name)
-		eventually(t, 30*time.Second, "two DELs counted", func() bool { return d.metric(t, ok) == float64(len(nets)) })
+		framework.Eventually(t, 30*time.Second, "two DELs counted", func() bool { return d.metric(t, ok) == float64(len(nets)) })
 		want := []string{nets[0].name + "-" + live0.sandbox + "-eth0", nets[1].name + "-" + live0.sandbox + "-net1"}
 		sort.Strings(want)
 		if got := results(t); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -388,7 +378,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 		}
 		for _, p := range []*cniPod{live0, live1} {
 			for _, v := range p.veths {
-				if linkExists(t, v) != (p == live0) {
+				if framework.LinkExists(t, v) != (p == live0) {
 					t.Errorf("%s: host veth %s exists: %v", p.name, v, p != live0)
 				}
 			}

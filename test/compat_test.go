@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
@@ -237,7 +238,7 @@ func TestSpectroCleanupCompat(t *testing.T) {
 	// uninstall.
 	t.Run("zero timeouts", func(t *testing.T) {
 		j := installSelfJob(t, cp, cs, "compat-zero")
-		code, out := runCleanup(t, entry, j.args("--cleanup-timeout=0", "--deletion-timeout-seconds=0", "--enable-grpc-server", "--grpc-port="+strconv.Itoa(cleanupFreePort(t))))
+		code, out := runCleanup(t, entry, j.args("--cleanup-timeout=0", "--deletion-timeout-seconds=0", "--enable-grpc-server", "--grpc-port="+strconv.Itoa(framework.FreePort(t))))
 		if code != 0 {
 			t.Errorf("exit %d, want 0", code)
 		}
@@ -262,7 +263,7 @@ func TestSpectroCleanupCompat(t *testing.T) {
 			}
 		}
 		args = append(args, "-debug", "--debug=false", "-blocking-deletion=false", "-cleanup-timeout", "1",
-			"-enable-grpc-server", "-grpc-port", strconv.Itoa(cleanupFreePort(t)), "-deletion-timeout-seconds=30")
+			"-enable-grpc-server", "-grpc-port", strconv.Itoa(framework.FreePort(t)), "-deletion-timeout-seconds=30")
 		code, out := runCleanup(t, entry, args)
 		if code != 0 {
 			t.Fatalf("%v: exit %d, want 0\n%s", args, code, out)
@@ -391,5 +392,5 @@ func grant(t *testing.T, cs kubernetes.Interface, ns, saNS, sa string, verbs ...
 // eventuallyGone waits for get to answer not found.
 func eventuallyGone(t *testing.T, what string, get func() error) {
 	t.Helper()
-	eventually(t, time.Minute, what+" to be gone", func() bool { return apierrors.IsNotFound(get()) })
+	framework.Eventually(t, time.Minute, what+" to be gone", func() bool { return apierrors.IsNotFound(get()) })
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -29,21 +30,11 @@ type daemonProc struct {
 	done chan error
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func startDaemon(t testing.TB, kubeconfig string, args ...string) *daemonProc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	args = withMinAge(args)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
 	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
 	return startProc(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
 }
@@ -133,22 +124,6 @@ func (d *daemonProc) waitMetric(t testing.TB, series string, want float64) {
 	}
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
-}
-
 // sweepdRequests counts the audit events of requests made by sweepd.
 func sweepdRequests(t testing.TB, auditLog string) int {
 	t.Helper()
@@ -186,7 +161,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	allExist := func(paths []string) bool {
 		for _, p := range paths {
-			if !exists(p) {
+			if !framework.Exists(p) {
 				return false
 			}
 		}
@@ -194,7 +169,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	noneExist := func(paths []string) bool {
 		for _, p := range paths {
-			if exists(p) {
+			if framework.Exists(p) {
 				return false
 			}
 		}
@@ -208,7 +183,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	// pruned.
 	cp.StopAPIServer()
 	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--sync-timeout=2s")
-	eventually(t, 10*time.Second, "the HTTP server", func() bool { code, _ := d.get("/healthz"); return code == 200 })
+	framework.Eventually(t, 10*time.Second, "the HTTP server", func() bool { code, _ := d.get("/healthz"); return code == 200 })
 	if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before sync = %d, want 503", code)
 	}
@@ -219,10 +194,10 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if err := cp.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 
 	t.Run("first run prunes the stale pod, keeps live ones", func(t *testing.T) {
-		eventually(t, 15*time.Second, "stale files pruned", func() bool { return noneExist(stale) })
+		framework.Eventually(t, 15*time.Second, "stale files pruned", func() bool { return noneExist(stale) })
 		if !allExist(live) || !allExist(doomed) {
 			t.Fatal("files of a live pod removed")
 		}
@@ -230,7 +205,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	t.Run("a pod deleted while the daemon runs is pruned by the next cycle", func(t *testing.T) {
 		deletePod(t, cs, "default", "doomed")
-		eventually(t, 15*time.Second, "deleted pod's files pruned", func() bool { return noneExist(doomed) })
+		framework.Eventually(t, 15*time.Second, "deleted pod's files pruned", func() bool { return noneExist(doomed) })
 		if !allExist(live) {
 			t.Fatal("files of a live pod removed")
 		}
@@ -239,7 +214,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	t.Run("zero API requests per prune cycle", func(t *testing.T) {
 		before := sweepdRequests(t, cp.AuditLog())
 		runs := d.metric(t, "sweep_prune_runs_total")
-		eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
+		framework.Eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
 		if after := sweepdRequests(t, cp.AuditLog()); after != before {
 			t.Fatalf("%d API requests during %v prune runs, want 0", after-before, d.metric(t, "sweep_prune_runs_total")-runs)
 		}
@@ -247,10 +222,10 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	t.Run("no deletions while the API server is down", func(t *testing.T) {
 		cp.StopAPIServer()
-		eventually(t, 10*time.Second, "view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+		framework.Eventually(t, 10*time.Second, "view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
 		orphan := write("orphan", "6f1c2a3e-0000-4000-8000-00000000beef")
 		skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
-		eventually(t, 20*time.Second, "two skipped runs", func() bool {
+		framework.Eventually(t, 20*time.Second, "two skipped runs", func() bool {
 			return d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
 		})
 		if !allExist(orphan) {
@@ -259,7 +234,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		if err := cp.StartAPIServer(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, "pruning resumed", func() bool { return noneExist(orphan) })
+		framework.Eventually(t, 60*time.Second, "pruning resumed", func() bool { return noneExist(orphan) })
 		if !allExist(live) {
 			t.Fatal("files of a live pod removed")
 		}

@@ -6,21 +6,19 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -273,93 +271,6 @@ func dashboardQueries(t *testing.T, d dashboard, node string) []promQuery {
 	return qs
 }
 
-// promServer is a running Prometheus server.
-type promServer struct {
-	*daemonProc
-}
-
-// startPrometheus starts the prometheus binary, scraping the targets every
-// second with the given labels, with its data in a temporary directory.
-func startPrometheus(t *testing.T, labels map[string]string, targets ...string) *promServer {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is needed (Debian package prometheus; .ci/run installs it): %v", err)
-	}
-	dir := t.TempDir()
-	config, err := json.Marshal(map[string]any{ // YAML is a superset of JSON
-		"global": map[string]any{"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-		"scrape_configs": []any{map[string]any{
-			"job_name":       "sweep",
-			"static_configs": []any{map[string]any{"targets": targets, "labels": labels}},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), config, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr)
-	p := &promServer{startProc(t, cmd, addr, filepath.Join(dir, "prometheus.log"), "prometheus")}
-	if out, err := exec.Command(bin, "--version").CombinedOutput(); err == nil {
-		t.Logf("%s", bytes.SplitN(out, []byte("\n"), 2)[0])
-	}
-	return p
-}
-
-// api GETs a Prometheus HTTP API path and decodes the data of a successful
-// response into data.
-func (p *promServer) api(path string, params url.Values, data any) error {
-	resp, err := http.Get(p.base + path + "?" + params.Encode())
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Status string          `json:"status"`
-		Error  string          `json:"error"`
-		Data   json.RawMessage `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, err)
-	}
-	if body.Status != "success" {
-		return fmt.Errorf("%s: status %q: %s", path, body.Status, body.Error)
-	}
-	return json.Unmarshal(body.Data, data)
-}
-
-// query runs an instant query and returns its samples' values by series;
-// an error is one Prometheus returned, or a result that is not a vector.
-func (p *promServer) query(expr string) (map[string]float64, error) {
-	var data struct {
-		ResultType string `json:"resultType"`
-		Result     []struct {
-			Metric map[string]string `json:"metric"`
-			Value  [2]any            `json:"value"`
-		} `json:"result"`
-	}
-	if err := p.api("/api/v1/query", url.Values{"query": {expr}}, &data); err != nil {
-		return nil, err
-	}
-	if data.ResultType != "vector" {
-		return nil, fmt.Errorf("result type %s, want vector", data.ResultType)
-	}
-	out := map[string]float64{}
-	for _, r := range data.Result {
-		s, _ := r.Value[1].(string)
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, err
-		}
-		out[fmt.Sprint(r.Metric)] = v
-	}
-	return out, nil
-}
-
 // TestDashboardQueries runs every query of the chart's dashboard against a
 // real Prometheus scraping a real daemon, after prune runs: each must
 // succeed and return samples, all of them numbers (a NaN draws nothing), or
@@ -403,10 +314,10 @@ func TestDashboardQueries(t *testing.T) {
 	// A run every second, so that every rate in the dashboard has runs in
 	// its window.
 	sweepd := startDaemon(t, cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir, "--schedule=@every 1s", "--prune-on-start")
-	eventually(t, 30*time.Second, "a prune run", func() bool { return sweepd.metric(t, "sweep_prune_last_run_timestamp_seconds") > 0 })
+	framework.Eventually(t, 30*time.Second, "a prune run", func() bool { return sweepd.metric(t, "sweep_prune_last_run_timestamp_seconds") > 0 })
 	// The node label, as the chart's ServiceMonitor sets it from the pod's
 	// node.
-	prom := startPrometheus(t, map[string]string{"node": node}, strings.TrimPrefix(sweepd.base, "http://"))
+	prom := framework.StartPrometheus(t, map[string]string{"node": node}, strings.TrimPrefix(sweepd.base, "http://"))
 
 	// One deadline for every query: they wait for the same scrapes.
 	deadline := time.Now().Add(60 * time.Second)
@@ -428,7 +339,7 @@ func TestDashboardQueries(t *testing.T) {
 		var targets struct {
 			ActiveTargets []struct{ Health, LastError string } `json:"activeTargets"`
 		}
-		if err := prom.api("/api/v1/targets", nil, &targets); err != nil {
+		if err := prom.API("/api/v1/targets", nil, &targets); err != nil {
 			return err
 		}
 		if len(targets.ActiveTargets) != 1 || targets.ActiveTargets[0].Health != "up" {
@@ -439,7 +350,7 @@ func TestDashboardQueries(t *testing.T) {
 	// The node variable's values: label_values(sweep_build_info, node).
 	await("the node variable", func() error {
 		var values []string
-		if err := prom.api("/api/v1/label/node/values", url.Values{"match[]": {"sweep_build_info"}}, &values); err != nil {
+		if err := prom.API("/api/v1/label/node/values", url.Values{"match[]": {"sweep_build_info"}}, &values); err != nil {
 			return err
 		}
 		if !slices.Equal(values, []string{node}) {
@@ -462,14 +373,14 @@ func TestDashboardQueries(t *testing.T) {
 			if reason, ok := empty[key]; ok {
 				// The other series of the same scrapes are there by now
 				// (the node variable); this one must not be.
-				got, err := prom.query(q.expr)
+				got, err := prom.Query(q.expr)
 				if err != nil || len(got) != 0 {
 					t.Errorf("%s: %v, %v; want success and no series (%s)", what, got, err, reason)
 				}
 				continue
 			}
 			await(what, func() error {
-				got, err := prom.query(q.expr)
+				got, err := prom.Query(q.expr)
 				switch {
 				case err != nil:
 					return err

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -80,12 +81,8 @@ func removalStarted(t *testing.T, dir string, timeout time.Duration) {
 		return fi.Size()
 	}
 	initial := size()
-	deadline := time.Now().Add(timeout)
-	for size() >= initial {
-		if time.Now().After(deadline) {
-			t.Fatalf("no removal within %s", timeout)
-		}
-		time.Sleep(time.Millisecond)
+	if !framework.Poll(timeout, time.Millisecond, func() bool { return size() < initial }) {
+		t.Fatalf("no removal within %s", timeout)
 	}
 }
 
@@ -144,7 +141,7 @@ func daemonOverBigCache(t *testing.T, cp *controlplane.ControlPlane) (*daemonPro
 	staged, keep := bigTree(t, 30000, live)
 	dir := filepath.Join(filepath.Dir(staged), "cache")
 	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
-	eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 	if err := os.Rename(staged, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -163,13 +160,13 @@ func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
 	t.Logf("removal started at %s", time.Now().Format(time.StampMicro))
 	cp.KillAPIServer()
 	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
-	eventually(t, 10*time.Second, "the view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+	framework.Eventually(t, 10*time.Second, "the view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
 	stale := countResults(t, dir)
 	if stale <= len(live)*2 {
 		t.Fatalf("the run finished before the kill (%d results left); the test needs a bigger tree", stale)
 	}
 	skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
-	eventually(t, 20*time.Second, "two more skipped runs", func() bool {
+	framework.Eventually(t, 20*time.Second, "two more skipped runs", func() bool {
 		return d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
 	})
 	if n := countResults(t, dir); n != stale {
@@ -179,9 +176,9 @@ func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
 	if err := cp.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "pruning resumed and completed", func() bool { return countResults(t, dir) == len(live)*2 })
+	framework.Eventually(t, 90*time.Second, "pruning resumed and completed", func() bool { return countResults(t, dir) == len(live)*2 })
 	c := &cacheTree{dir: dir}
-	eventually(t, 10*time.Second, "scratch files pruned", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
+	framework.Eventually(t, 10*time.Second, "scratch files pruned", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
 }
 
 // TestDaemonEtcdKilledMidPrune: with etcd gone, kube-apiserver keeps its
@@ -201,7 +198,7 @@ func TestDaemonEtcdKilledMidPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cacheTree{dir: dir}
-	eventually(t, 90*time.Second, "the prune completed", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
+	framework.Eventually(t, 90*time.Second, "the prune completed", func() bool { return strings.Join(c.remaining(t), "\n") == strings.Join(keep, "\n") })
 }
 
 // TestCleanupAPIServerKilledMidDelete: the API server dies while sweepd
@@ -269,12 +266,8 @@ func TestCleanupAPIServerKilledMidDelete(t *testing.T) {
 	}
 
 	cmd := run()
-	deadline := time.Now().Add(30 * time.Second)
-	for count("app=doomed") > doomed-20 {
-		if time.Now().After(deadline) {
-			t.Fatal("the cleanup did not start deleting")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !framework.Poll(30*time.Second, 20*time.Millisecond, func() bool { return count("app=doomed") <= doomed-20 }) {
+		t.Fatal("the cleanup did not start deleting")
 	}
 	cp.KillAPIServer()
 	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
@@ -332,7 +325,7 @@ func TestUninstallAPIServerRestart(t *testing.T) {
 	}
 	for _, n := range uninstallNodes {
 		if n != late.name {
-			eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
+			framework.Eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
 		}
 	}
 	cp.KillAPIServer()
@@ -358,7 +351,7 @@ func TestUninstallAPIServerRestart(t *testing.T) {
 	}
 	for _, n := range uninstallNodes {
 		for _, f := range r.nodes[n].files {
-			if exists(f) {
+			if framework.Exists(f) {
 				t.Errorf("%s: %s still there", n, f)
 			}
 		}
@@ -372,7 +365,7 @@ func TestUninstallAPIServerRestart(t *testing.T) {
 		}
 	}
 	ctx := t.Context()
-	eventually(t, 60*time.Second, "DaemonSet, RBAC, Leases and the cleanup ConfigMap gone", func() bool {
+	framework.Eventually(t, 60*time.Second, "DaemonSet, RBAC, Leases and the cleanup ConfigMap gone", func() bool {
 		_, e1 := cs.AppsV1().DaemonSets(r.ns).Get(ctx, r.name, metav1.GetOptions{})
 		_, e2 := cs.RbacV1().ClusterRoles().Get(ctx, r.name, metav1.GetOptions{})
 		_, e3 := cs.CoreV1().ConfigMaps(r.ns).Get(ctx, r.cleanupCMName, metav1.GetOptions{})

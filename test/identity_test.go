@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
@@ -44,7 +45,7 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, logQuoted(tc.want)) {
 				t.Fatalf("exit %d, want 1 and an error naming %q", code, tc.want)
 			}
-			checkFiles(t, tc.name, liveFiles, true)
+			framework.CheckFiles(t, tc.name, liveFiles, true)
 		})
 	}
 
@@ -55,28 +56,28 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		if code != 0 || sum.RemovedBy["pod-gone"] != 2 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "live pod", liveFiles, true)
-		checkFiles(t, "deleted pod", gone, false)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "deleted pod", gone, false)
 	})
 
 	t.Run("sweepd daemon with a wrong node name: not ready, nothing deleted", func(t *testing.T) {
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
 		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a.ec2.internal", "--multus-dir="+dir, "--schedule=@every 1s")
 		series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
-		eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
+		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
 		if code, body := d.get("/readyz"); code != 503 || !strings.Contains(body, "not proven") {
 			t.Errorf("/readyz: %d %q, want 503", code, body)
 		}
 		if got := d.metric(t, "sweep_views_proven"); got != 0 {
 			t.Errorf("sweep_views_proven = %v, want 0", got)
 		}
-		checkFiles(t, "live pod", liveFiles, true)
-		checkFiles(t, "deleted pod", gone, true)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "deleted pod", gone, true)
 	})
 
 	t.Run("sweepd daemon keeps checking: another boot ID, a deleted Node", func(t *testing.T) {
 		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--pod-uid="+live.UID, "--multus-dir="+dir, "--schedule=@every 1s")
-		eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 		d.waitMetric(t, "sweep_views_proven", 1)
 		bootID, err := controlplane.MachineBootID()
 		if err != nil {
@@ -101,22 +102,22 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 				series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
 				skipped := d.metric(t, series)
 				change.break_()
-				eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
+				framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
 				if code, _ := d.get("/readyz"); code != 503 {
 					t.Errorf("/readyz %d, want 503", code)
 				}
 				gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
 				runs := d.metric(t, "sweep_prune_runs_total")
 				skipped = d.metric(t, series)
-				eventually(t, 30*time.Second, "another skipped run", func() bool { return d.metric(t, series) >= skipped+1 })
-				checkFiles(t, "deleted pod, while unproven", gone, true)
+				framework.Eventually(t, 30*time.Second, "another skipped run", func() bool { return d.metric(t, series) >= skipped+1 })
+				framework.CheckFiles(t, "deleted pod, while unproven", gone, true)
 				if got := d.metric(t, "sweep_prune_runs_total"); got != runs {
 					t.Errorf("%v runs while unproven", got-runs)
 				}
 				change.mend_()
-				eventually(t, 30*time.Second, "pruning resumed", func() bool { return !exists(gone[0]) })
-				eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
-				checkFiles(t, "live pod", liveFiles, true)
+				framework.Eventually(t, 30*time.Second, "pruning resumed", func() bool { return !framework.Exists(gone[0]) })
+				framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+				framework.CheckFiles(t, "live pod", liveFiles, true)
 			})
 		}
 	})
@@ -133,8 +134,8 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		if code != 0 || sum.Kept["static-pod"] != 2 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "installer pod, 3h old", past, false)
-		checkFiles(t, "installer pod, 30m old", recent, true)
+		framework.CheckFiles(t, "installer pod, 3h old", past, false)
+		framework.CheckFiles(t, "installer pod, 30m old", recent, true)
 	})
 }
 
@@ -178,7 +179,7 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want %d and %q", code, tc.code, tc.want)
 			}
-			checkFiles(t, tc.name, files, true)
+			framework.CheckFiles(t, tc.name, files, true)
 		})
 	}
 
@@ -190,8 +191,8 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 			if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 2 {
 				t.Fatalf("exit %d, summary %+v", code, sum)
 			}
-			checkFiles(t, "the runtime's sandbox", files, true)
-			checkFiles(t, "a sandbox it does not know", gone, false)
+			framework.CheckFiles(t, "the runtime's sandbox", files, true)
+			framework.CheckFiles(t, "a sandbox it does not know", gone, false)
 		})
 	}
 
@@ -200,12 +201,12 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 		d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--cri-endpoint="+other.Endpoint, "--pod-uid="+self,
 			"--cri-timeout=2s", "--multus-dir="+dir, "--schedule=@every 1s")
 		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
-		eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
+		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
 		if code, _ := d.get("/readyz"); code != 503 {
 			t.Errorf("/readyz %d, want 503", code)
 		}
-		checkFiles(t, "the runtime's sandbox", files, true)
-		checkFiles(t, "a sandbox it does not know", gone, true)
+		framework.CheckFiles(t, "the runtime's sandbox", files, true)
+		framework.CheckFiles(t, "a sandbox it does not know", gone, true)
 	})
 }
 
@@ -228,14 +229,14 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, logQuoted(`is containerd://1.7.2, but the kubelet of Node "node-a" reports "fakecri://0.0.0"`)) {
 		t.Fatalf("exit %d, want 1 and the runtimes named", code)
 	}
-	checkFiles(t, "another runtime", gone, true)
+	framework.CheckFiles(t, "another runtime", gone, true)
 
 	rt.SetVersion("fakecri", "v0.0.0") // the kubelet drops the v
 	sum, _, code := runPrune(t, nil, base...)
 	if code != 0 || sum.RemovedBy["pod-gone"] != 2 {
 		t.Fatalf("exit %d, summary %+v", code, sum)
 	}
-	checkFiles(t, "the kubelet's runtime", gone, false)
+	framework.CheckFiles(t, "the kubelet's runtime", gone, false)
 }
 
 // TestEarlierBootNeedsAge: a boot ID can change without a reboot (a
@@ -277,5 +278,5 @@ func TestEarlierBootNeedsAge(t *testing.T) {
 	if code != 0 || sum.Kept["too-young"] != 2 || sum.RemovedBy["earlier-boot"] != 0 {
 		t.Fatalf("young earlier-boot files: exit %d, summary %+v", code, sum)
 	}
-	checkFiles(t, "young earlier-boot files", files, true)
+	framework.CheckFiles(t, "young earlier-boot files", files, true)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
@@ -52,15 +53,6 @@ func sandboxFiles(t *testing.T, dir, id string, pod multuscache.Pod, mtime time.
 		t.Fatal(err)
 	}
 	return paths
-}
-
-func checkFiles(t *testing.T, what string, paths []string, want bool) {
-	t.Helper()
-	for _, p := range paths {
-		if exists(p) != want {
-			t.Errorf("%s: %s exists = %v, want %v", what, filepath.Base(p), !want, want)
-		}
-	}
 }
 
 func writeBootID(t *testing.T, path, id string) {
@@ -105,7 +97,7 @@ func TestPruneRebootAware(t *testing.T) {
 	if sum, _, code := runPrune(t, nil, append(base, "--state-dir="+state)...); code != 0 || sum.Removed["results"] != 0 {
 		t.Fatalf("boot A: exit %d, summary %+v", code, sum)
 	}
-	checkFiles(t, "boot A", beforeReboot, true)
+	framework.CheckFiles(t, "boot A", beforeReboot, true)
 	if _, err := os.Stat(filepath.Join(state, "boot-record.json")); err != nil {
 		t.Fatalf("no boot record: %v", err)
 	}
@@ -122,7 +114,7 @@ func TestPruneRebootAware(t *testing.T) {
 		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "not reboot-aware", append(beforeReboot, afterReboot...), true)
+		framework.CheckFiles(t, "not reboot-aware", append(beforeReboot, afterReboot...), true)
 	})
 
 	t.Run("without --state-dir it is off", func(t *testing.T) {
@@ -141,7 +133,7 @@ func TestPruneRebootAware(t *testing.T) {
 		if code != 0 || sum.RemovedBy["earlier-boot"] != 6 || sum.Removed["scratch"] != 2 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "dry run", append(beforeReboot, afterReboot...), true)
+		framework.CheckFiles(t, "dry run", append(beforeReboot, afterReboot...), true)
 		if after, _ := os.ReadFile(filepath.Join(state, "boot-record.json")); !bytes.Equal(after, record) {
 			t.Fatal("dry run changed the boot record")
 		}
@@ -162,7 +154,7 @@ func TestPruneRebootAware(t *testing.T) {
 			if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 || sum.Kept["too-young"] != 4 {
 				t.Fatalf("mtime %s: exit %d, summary %+v", mtime, code, sum)
 			}
-			checkFiles(t, "earlier boot, young", beforeReboot, true)
+			framework.CheckFiles(t, "earlier boot, young", beforeReboot, true)
 		}
 		for _, p := range beforeReboot {
 			if err := os.Chtimes(p, old, old); err != nil {
@@ -177,14 +169,14 @@ func TestPruneRebootAware(t *testing.T) {
 		if code != 0 || sum.RemovedBy["earlier-boot"] != 6 || sum.Kept["pod-live"] != 4 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "earlier boot", beforeReboot, false)
-		checkFiles(t, "this boot", afterReboot, true)
+		framework.CheckFiles(t, "earlier boot", beforeReboot, false)
+		framework.CheckFiles(t, "this boot", afterReboot, true)
 		// Again in the same boot: nothing more.
 		sum, _, code = runPrune(t, nil, append(base, "--state-dir="+state)...)
 		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 {
 			t.Fatalf("second run: exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "this boot, second run", afterReboot, true)
+		framework.CheckFiles(t, "this boot, second run", afterReboot, true)
 	})
 
 	t.Run("corrupt record: warning, nothing earlier-boot, record rewritten", func(t *testing.T) {
@@ -196,7 +188,7 @@ func TestPruneRebootAware(t *testing.T) {
 		if code != 0 || sum.Removed["results"]+sum.Removed["scratch"] != 0 || !strings.Contains(stderr, "boot record unusable") {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "corrupt record", afterReboot, true)
+		framework.CheckFiles(t, "corrupt record", afterReboot, true)
 		data, err := os.ReadFile(filepath.Join(state, "boot-record.json"))
 		if err != nil || !strings.Contains(string(data), "cccc") {
 			t.Fatalf("record not rewritten: %s, %v", data, err)
@@ -240,7 +232,7 @@ func TestPruneCRILiveness(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "nothing deleted") {
 			t.Fatalf("exit %d", code)
 		}
-		checkFiles(t, "runtime stopped", goneFiles, true)
+		framework.CheckFiles(t, "runtime stopped", goneFiles, true)
 	})
 
 	t.Run("runtime hangs: nothing deleted, exit 1 after --cri-timeout", func(t *testing.T) {
@@ -254,7 +246,7 @@ func TestPruneCRILiveness(t *testing.T) {
 		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("took %s", d)
 		}
-		checkFiles(t, "runtime hangs", goneFiles, true)
+		framework.CheckFiles(t, "runtime hangs", goneFiles, true)
 	})
 
 	t.Run("dry run", func(t *testing.T) {
@@ -262,7 +254,7 @@ func TestPruneCRILiveness(t *testing.T) {
 		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Removed["scratch"] != 1 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "dry run", goneFiles, true)
+		framework.CheckFiles(t, "dry run", goneFiles, true)
 	})
 
 	t.Run("the sandbox the runtime does not know goes", func(t *testing.T) {
@@ -270,9 +262,9 @@ func TestPruneCRILiveness(t *testing.T) {
 		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 4 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "unknown sandbox", goneFiles, false)
-		checkFiles(t, "ready sandbox", readyFiles, true)
-		checkFiles(t, "NOTREADY sandbox", notReadyFiles, true)
+		framework.CheckFiles(t, "unknown sandbox", goneFiles, false)
+		framework.CheckFiles(t, "ready sandbox", readyFiles, true)
+		framework.CheckFiles(t, "NOTREADY sandbox", notReadyFiles, true)
 	})
 
 	t.Run("bad endpoint is a usage error", func(t *testing.T) {
@@ -318,7 +310,7 @@ func TestPruneBothLiveness(t *testing.T) {
 	}
 	rt.SetHang(false)
 	for _, f := range files {
-		checkFiles(t, "runtime hangs", f, true)
+		framework.CheckFiles(t, "runtime hangs", f, true)
 	}
 
 	sum, _, code := runPrune(t, nil, base...)
@@ -326,7 +318,7 @@ func TestPruneBothLiveness(t *testing.T) {
 		t.Fatalf("exit %d, summary %+v", code, sum)
 	}
 	for name, f := range files {
-		checkFiles(t, name, f, name != "gone pod, unknown sandbox")
+		framework.CheckFiles(t, name, f, name != "gone pod, unknown sandbox")
 	}
 }
 
@@ -349,19 +341,19 @@ func TestDaemonCRILiveness(t *testing.T) {
 
 	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
 		"--multus-dir="+dir, "--schedule=@every 1s", "--state-dir="+state, "--boot-id-file="+bootFile)
-	eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	framework.Eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 
 	t.Run("prunes the sandbox the runtime does not know", func(t *testing.T) {
-		eventually(t, 15*time.Second, "unknown sandbox pruned", func() bool {
+		framework.Eventually(t, 15*time.Second, "unknown sandbox pruned", func() bool {
 			for _, p := range goneFiles {
-				if exists(p) {
+				if framework.Exists(p) {
 					return false
 				}
 			}
 			return true
 		})
-		checkFiles(t, "known sandbox", liveFiles, true)
-		eventually(t, 10*time.Second, "boot record", func() bool { return exists(filepath.Join(state, "boot-record.json")) })
+		framework.CheckFiles(t, "known sandbox", liveFiles, true)
+		framework.Eventually(t, 10*time.Second, "boot record", func() bool { return framework.Exists(filepath.Join(state, "boot-record.json")) })
 	})
 
 	for _, outage := range []struct {
@@ -375,20 +367,20 @@ func TestDaemonCRILiveness(t *testing.T) {
 			outage.start()
 			orphan := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
 			skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
-			eventually(t, 20*time.Second, "two skipped runs", func() bool {
+			framework.Eventually(t, 20*time.Second, "two skipped runs", func() bool {
 				return d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
 			})
-			checkFiles(t, "runtime "+outage.name, orphan, true)
+			framework.CheckFiles(t, "runtime "+outage.name, orphan, true)
 			outage.stop()
-			eventually(t, 20*time.Second, "pruning resumed", func() bool {
+			framework.Eventually(t, 20*time.Second, "pruning resumed", func() bool {
 				for _, p := range orphan {
-					if exists(p) {
+					if framework.Exists(p) {
 						return false
 					}
 				}
 				return true
 			})
-			checkFiles(t, "known sandbox", liveFiles, true)
+			framework.CheckFiles(t, "known sandbox", liveFiles, true)
 		})
 	}
 
@@ -442,8 +434,8 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 	beforeFiles := sandboxFiles(t, dir, before, pod, old)
 	rt.SetSandboxes(before)
 	d := startDaemon(t, cp.Kubeconfig, args...)
-	eventually(t, 30*time.Second, "a run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
-	eventually(t, 10*time.Second, "boot record", func() bool { return exists(filepath.Join(state, "boot-record.json")) })
+	framework.Eventually(t, 30*time.Second, "a run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+	framework.Eventually(t, 10*time.Second, "boot record", func() bool { return framework.Exists(filepath.Join(state, "boot-record.json")) })
 	if err := d.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -457,27 +449,27 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 	rt.SetSandboxes(after)
 	rt.Add(before, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
 	d = startDaemon(t, cp.Kubeconfig, args...)
-	eventually(t, 30*time.Second, "two runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 2 })
-	checkFiles(t, "earlier boot, runtime still knows it", beforeFiles, true)
-	checkFiles(t, "this boot", afterFiles, true)
+	framework.Eventually(t, 30*time.Second, "two runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 2 })
+	framework.CheckFiles(t, "earlier boot, runtime still knows it", beforeFiles, true)
+	framework.CheckFiles(t, "this boot", afterFiles, true)
 
 	// The runtime forgets the old sandbox: it goes, though its pod is live.
 	rt.SetSandboxes(after)
-	eventually(t, 20*time.Second, "earlier boot's files pruned", func() bool {
+	framework.Eventually(t, 20*time.Second, "earlier boot's files pruned", func() bool {
 		for _, p := range beforeFiles {
-			if exists(p) {
+			if framework.Exists(p) {
 				return false
 			}
 		}
 		return true
 	})
-	checkFiles(t, "this boot", afterFiles, true)
+	framework.CheckFiles(t, "this boot", afterFiles, true)
 	d.waitMetric(t, `sweep_prune_removals_total{reason="earlier-boot"}`, 3) // 2 results, 1 scratch
 
 	t.Run("zero API requests per prune cycle", func(t *testing.T) {
 		requests := sweepdRequests(t, cp.AuditLog())
 		runs, lists := d.metric(t, "sweep_prune_runs_total"), rt.Lists()
-		eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
+		framework.Eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
 		if after := sweepdRequests(t, cp.AuditLog()); after != requests {
 			t.Fatalf("%d API requests during the runs, want 0", after-requests)
 		}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/tcpproxy"
@@ -61,18 +62,18 @@ func TestStaticPodFiles(t *testing.T) {
 		if code != 0 || sum.Kept["pod-live"] != 2 || sum.Kept["static-pod"] != 2 || sum.RemovedBy["pod-gone"] != 2 {
 			t.Fatalf("exit %d, summary %+v", code, sum)
 		}
-		checkFiles(t, "static pod with its mirror pod", static, true)
-		checkFiles(t, "static pod without a mirror pod", orphaned, true)
-		checkFiles(t, "deleted pod", gone, false)
+		framework.CheckFiles(t, "static pod with its mirror pod", static, true)
+		framework.CheckFiles(t, "static pod without a mirror pod", orphaned, true)
+		framework.CheckFiles(t, "deleted pod", gone, false)
 	})
 
 	t.Run("sweepd daemon", func(t *testing.T) {
 		gone := stale()
 		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s")
-		eventually(t, 60*time.Second, "the daemon to remove the deleted pod's files", func() bool { return !exists(gone[0]) })
-		checkFiles(t, "deleted pod", gone, false)
-		checkFiles(t, "static pod with its mirror pod", static, true)
-		checkFiles(t, "static pod without a mirror pod", orphaned, true)
+		framework.Eventually(t, 60*time.Second, "the daemon to remove the deleted pod's files", func() bool { return !framework.Exists(gone[0]) })
+		framework.CheckFiles(t, "deleted pod", gone, false)
+		framework.CheckFiles(t, "static pod with its mirror pod", static, true)
+		framework.CheckFiles(t, "static pod without a mirror pod", orphaned, true)
 		d.waitMetric(t, `sweep_prune_kept_files{reason="static-pod"}`, 2)
 	})
 }
@@ -112,7 +113,7 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 					t.Fatal(err)
 				}
 				dir := filepath.Join(t.TempDir(), "multus")
-				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
 				cmd := exec.Command(sweepd, "daemon", "--kubeconfig="+kubeconfig, "--metrics-addr="+addr, "--log-level=debug",
 					"--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s", "--allow-short-intervals", "--sync-timeout=10m")
 				// The HTTP/2 health check notices a frozen connection after
@@ -120,7 +121,7 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 				cmd.Env = append(os.Environ(), "HTTP2_READ_IDLE_TIMEOUT_SECONDS=1", "HTTP2_PING_TIMEOUT_SECONDS=1",
 					"KUBE_FEATURE_WatchListClient="+strconv.FormatBool(watchList))
 				d := startProc(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
-				eventually(t, 60*time.Second, "a first prune", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+				framework.Eventually(t, 60*time.Second, "a first prune", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
 
 				old := time.Now().Add(-time.Hour)
 				for round := range rounds {
@@ -129,15 +130,15 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 					} else {
 						proxy.Cut()
 					}
-					eventually(t, 60*time.Second, "the view to go stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+					framework.Eventually(t, 60*time.Second, "the view to go stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
 					name := fmt.Sprintf("born-in-%s-%v-%d", outage, watchList, round)
 					uid := createPod(t, cs, "default", name, "node-a")
 					born := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: uid}, old)
 					never := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "never", UID: multuscache.NewUID()}, old)
 					proxy.Thaw()
 					proxy.Restore()
-					eventually(t, 120*time.Second, "a prune after the outage", func() bool { return !exists(never[0]) })
-					checkFiles(t, fmt.Sprintf("round %d: pod created during the outage", round), born, true)
+					framework.Eventually(t, 120*time.Second, "a prune after the outage", func() bool { return !framework.Exists(never[0]) })
+					framework.CheckFiles(t, fmt.Sprintf("round %d: pod created during the outage", round), born, true)
 					if t.Failed() {
 						return
 					}

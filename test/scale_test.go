@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -81,12 +82,12 @@ func BenchmarkHundredDaemons(b *testing.B) {
 		daemons[n] = startDaemon(b, cp.Kubeconfig, "--node-name="+nodeName(n), "--multus-dir="+dir, "--schedule=@every 2s", "--min-age=1m", "--log-level=warn")
 	}
 	for n, d := range daemons {
-		eventually(b, 120*time.Second, "daemon "+nodeName(n)+" ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		framework.Eventually(b, 120*time.Second, "daemon "+nodeName(n)+" ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
 	}
 	b.Logf("%d daemons ready in %s", nodes, time.Since(start))
 	startup := sweepdRequests(b, cp.AuditLog()) - before
 	for n, d := range daemons {
-		eventually(b, 60*time.Second, "first prune on "+nodeName(n), func() bool { return d.metric(b, `sweep_prune_removed_files_total{phase="results"}`) == 20 })
+		framework.Eventually(b, 60*time.Second, "first prune on "+nodeName(n), func() bool { return d.metric(b, `sweep_prune_removed_files_total{phase="results"}`) == 20 })
 		if got := d.metric(b, "sweep_pods"); got != perNode {
 			b.Fatalf("%s holds %v pods, want %d", nodeName(n), got, perNode)
 		}

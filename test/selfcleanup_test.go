@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/eagerproxy"
 )
@@ -216,7 +217,7 @@ func TestSelfCleanupOrder(t *testing.T) {
 				}
 				all := append(append([]eagerproxy.Object{sw.sa}, sw.tracked...), sw.grants[0].Role, sw.grants[0].Binding, sw.grants[1].Role, sw.grants[1].Binding)
 				for _, o := range all {
-					eventually(t, 60*time.Second, o.String()+" gone", func() bool {
+					framework.Eventually(t, 60*time.Second, o.String()+" gone", func() bool {
 						_, err := dc.Resource(o.GVR).Namespace(o.Namespace).Get(context.Background(), o.Name, metav1.GetOptions{})
 						return apierrors.IsNotFound(err)
 					})

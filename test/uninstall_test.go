@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 	"github.com/sweep-k8s/sweep/uninstall"
@@ -222,7 +223,7 @@ func installRelease(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 func bindDaemonSetPods(t *testing.T, cs kubernetes.Interface, ns string, labels map[string]string) {
 	t.Helper()
 	sel := metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: labels})
-	eventually(t, 60*time.Second, "a DaemonSet pod per node", func() bool {
+	framework.Eventually(t, 60*time.Second, "a DaemonSet pod per node", func() bool {
 		pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: sel})
 		return err == nil && len(pods.Items) == len(uninstallNodes)
 	})
@@ -270,7 +271,7 @@ func (r *release) resourceConfig() string {
 func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonProc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
 	args := append([]string{
 		"daemon", "--kubeconfig=" + r.daemonKC, "--metrics-addr=" + addr, "--log-level=debug",
 		"--node-name=" + n.name, "--multus-dir=" + filepath.Join(r.base, "multus-"+n.name), "--prune-on-start=false",
@@ -284,7 +285,7 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", n.root, r.hostView, sweepd}, args...)...)
 	logPath := filepath.Join(r.base, fmt.Sprintf("%s-%d.log", n.name, time.Now().UnixNano()))
 	d := startProc(t, cmd, addr, logPath, n.name+" daemon")
-	eventually(t, 20*time.Second, n.name+" daemon serving", func() bool { code, _ := d.get("/healthz"); return code == 200 })
+	framework.Eventually(t, 20*time.Second, n.name+" daemon serving", func() bool { code, _ := d.get("/healthz"); return code == 200 })
 	n.proc = d
 	return d
 }
@@ -343,7 +344,7 @@ func (r *release) runUninstall(t *testing.T, timeout string) (*exec.Cmd, *string
 func (r *release) cleanupData(t *testing.T, cs kubernetes.Interface) map[string]string {
 	t.Helper()
 	var data map[string]string
-	eventually(t, 20*time.Second, "the cleanup ConfigMap", func() bool {
+	framework.Eventually(t, 20*time.Second, "the cleanup ConfigMap", func() bool {
 		cm, err := cs.CoreV1().ConfigMaps(r.ns).Get(t.Context(), r.cleanupCMName, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -450,7 +451,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	// The glob's matches go in reverse order: f9999 is among the first.
 	// Watch it closely, so as to kill the daemon early in its removals.
 	first := filepath.Join(many, "f9999")
-	for deadline := time.Now().Add(20 * time.Second); exists(first); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); framework.Exists(first); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("node-b's node phase did not start")
 		}
@@ -472,7 +473,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	var waitFrom, waitTo time.Time
 	t.Run("nothing cluster-wide before the late node reports", func(t *testing.T) {
 		for _, n := range []string{"node-a", "node-b", "node-c"} {
-			eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
+			framework.Eventually(t, 30*time.Second, n+" reported", func() bool { return r.reported(t, cs, n) })
 		}
 		waitFrom = time.Now()
 		time.Sleep(3 * time.Second) // ample time for a wrong leader to go ahead
@@ -489,7 +490,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 			t.Fatalf("DaemonSet: %v before node-d reported", err)
 		}
 		for _, f := range late.files {
-			if !exists(f) {
+			if !framework.Exists(f) {
 				t.Fatalf("node-d's %s removed without a projection", f)
 			}
 		}
@@ -509,7 +510,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 	t.Run("every node's files gone", func(t *testing.T) {
 		for _, n := range uninstallNodes {
 			for _, f := range r.nodes[n].files {
-				if exists(f) {
+				if framework.Exists(f) {
 					t.Errorf("%s: %s still there", n, f)
 				}
 			}
@@ -577,7 +578,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 
 	t.Run("DaemonSet, RBAC, coordination objects and ConfigMap garbage-collected", func(t *testing.T) {
 		ctx := t.Context()
-		eventually(t, 60*time.Second, "everything gone", func() bool {
+		framework.Eventually(t, 60*time.Second, "everything gone", func() bool {
 			_, e1 := cs.AppsV1().DaemonSets(r.ns).Get(ctx, r.name, metav1.GetOptions{})
 			_, e2 := cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, r.name, metav1.GetOptions{})
 			_, e3 := cs.RbacV1().Roles(r.ns).Get(ctx, r.name, metav1.GetOptions{})
@@ -637,7 +638,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 			}
 			return n
 		}
-		eventually(t, 10*time.Second, "5 deleted objects counted", func() bool { return deleted() >= 5 })
+		framework.Eventually(t, 10*time.Second, "5 deleted objects counted", func() bool { return deleted() >= 5 })
 		if n := deleted(); n != 5 {
 			t.Errorf("deleted objects = %v, want 5", n)
 		}
@@ -687,7 +688,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 		err = <-leader.proc.done
 		leader.proc.done <- err // for the cleanup
 		t.Logf("killed the leader on %s", leader.name)
-		eventually(t, 30*time.Second, "a new leader", func() bool {
+		framework.Eventually(t, 30*time.Second, "a new leader", func() bool {
 			l, err := cs.CoordinationV1().Leases(r.ns).Get(t.Context(), uninstall.LeaderLeaseName(r.name), metav1.GetOptions{})
 			return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != leader.name
 		})
@@ -720,7 +721,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 			}
 		}
 		for _, f := range missing.files {
-			if !exists(f) {
+			if !framework.Exists(f) {
 				t.Errorf("node-c's %s removed without a projection", f)
 			}
 		}
@@ -729,7 +730,7 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 				continue
 			}
 			for _, f := range r.nodes[n].files {
-				if exists(f) {
+				if framework.Exists(f) {
 					t.Errorf("%s: %s still there", n, f)
 				}
 			}

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -283,11 +284,12 @@ func get(url string) (string, error) {
 	return string(b), err
 }
 
+// freePort is a free loopback port for sweepd's metrics, or 9742, its
+// default, when none can be found: the demo has no test to fail.
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := framework.FreePorts(1)
 	if err != nil {
 		return 9742
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
 }

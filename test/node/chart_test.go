@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -111,14 +112,14 @@ uninstall:
 	})
 
 	t.Run("Prometheus scrapes the pod", func(t *testing.T) {
-		prom := startPrometheus(t, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(metricsPort)))
+		prom := framework.StartPrometheus(t, nil, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(metricsPort)))
 		c.eventually(t, waitTimeout, "up == 1 and sweep_build_info in Prometheus", func() bool {
-			up, ok := prom.query(`up{job="sweep"}`)
-			info, ok2 := prom.query(`sweep_build_info`)
+			up, ok := prom.Value(`up{job="sweep"}`)
+			info, ok2 := prom.Value(`sweep_build_info`)
 			return ok && ok2 && up == 1 && info == 1
 		})
 		c.eventually(t, waitTimeout, "a prune run in Prometheus", func() bool {
-			runs, ok := prom.query(`sum(sweep_prune_runs_total)`)
+			runs, ok := prom.Value(`sum(sweep_prune_runs_total)`)
 			return ok && runs >= 1
 		})
 	})
@@ -144,8 +145,8 @@ uninstall:
 			return allGone(files["dead-1"]) && allGone(files["dead-2"]) && allGone(files["web-0"])
 		})
 		c.waitRuns(t, pod, 2)
-		checkFiles(t, "live pod", files["live"], true)
-		checkFiles(t, "web-0 with its new UID", rebornFiles, true)
+		framework.CheckFiles(t, "live pod", files["live"], true)
+		framework.CheckFiles(t, "web-0 with its new UID", rebornFiles, true)
 		if got, want := metric(pod, `sweep_prune_removals_total{reason="pod-gone"}`), float64(3*len(multuscache.DefaultAttachments())); got < want {
 			t.Errorf("sweep_prune_removals_total{reason=\"pod-gone\"} = %v, want at least %v", got, want)
 		}
@@ -168,7 +169,7 @@ uninstall:
 		}
 		paths := c.writeCache(t, sb)
 		c.waitRuns(t, pod, 3)
-		checkFiles(t, "static pod", paths, true)
+		framework.CheckFiles(t, "static pod", paths, true)
 
 		// Gone from the node, its files are still kept: with api
 		// liveness, a missing mirror pod is no evidence that the static pod
@@ -182,7 +183,7 @@ uninstall:
 			return apierrors.IsNotFound(err)
 		})
 		c.waitRuns(t, pod, 3)
-		checkFiles(t, "static pod without its mirror", paths, true)
+		framework.CheckFiles(t, "static pod without its mirror", paths, true)
 		if got := metric(pod, `sweep_prune_kept_files{reason="static-pod"}`); got != float64(len(paths)-1) {
 			t.Errorf(`sweep_prune_kept_files{reason="static-pod"} = %v, want %d`, got, len(paths)-1)
 		}
@@ -194,10 +195,10 @@ uninstall:
 	// the coordinated cleanup; then nothing of the release is left.
 	t.Run("helm uninstall cleans up", func(t *testing.T) {
 		c.helm(t, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m")
-		if exists(hostFile) {
+		if framework.Exists(hostFile) {
 			t.Errorf("%s not removed: the daemon did not run the cleanup", hostFile)
 		}
-		if !exists(filepath.Join(hostDir, "10-bystander.conf")) {
+		if !framework.Exists(filepath.Join(hostDir, "10-bystander.conf")) {
 			t.Error("a file not listed was removed")
 		}
 		ctx := t.Context()
@@ -341,18 +342,9 @@ func (c *cluster) waitRuns(t *testing.T, pod *corev1.Pod, n float64) {
 	})
 }
 
-func checkFiles(t *testing.T, what string, paths []string, want bool) {
-	t.Helper()
-	for _, p := range paths {
-		if exists(p) != want {
-			t.Errorf("%s: %s exists = %t, want %t", what, p, !want, want)
-		}
-	}
-}
-
 func allGone(paths []string) bool {
 	for _, p := range paths {
-		if exists(p) {
+		if framework.Exists(p) {
 			return false
 		}
 	}

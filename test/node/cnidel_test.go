@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -79,7 +80,7 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 	dataDir := filepath.Join(c.node.Dir, "cni", "net1")
 	conf := fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
 		secNet, secBridge, secSubnet, dataDir)
-	reserved := func(a *secAttachment) bool { return exists(filepath.Join(dataDir, secNet, a.ip)) }
+	reserved := func(a *secAttachment) bool { return framework.Exists(filepath.Join(dataDir, secNet, a.ip)) }
 
 	// Before the daemon runs, so that the leak is there to be seen.
 	live := c.attachSecNet(t, c.runPod(t, "live"), binDir, conf)
@@ -89,9 +90,9 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 		// The runtime's own DEL, when it stops the sandbox: the primary
 		// network's address released, the namespace removed.
 		c.eventually(t, waitTimeout, "the runtime's DEL of the deleted pod", func() bool {
-			return !exists(filepath.Join(c.node.CNINetworksDir, "sweep-node", dead.pod.Status.PodIP)) && !exists(dead.sandbox.NetNS)
+			return !framework.Exists(filepath.Join(c.node.CNINetworksDir, "sweep-node", dead.pod.Status.PodIP)) && !framework.Exists(dead.sandbox.NetNS)
 		})
-		if !exists(dead.results) || !exists(dead.scratch) {
+		if !framework.Exists(dead.results) || !framework.Exists(dead.scratch) {
 			t.Errorf("cache files of the deleted pod gone without the daemon")
 		}
 		if !reserved(dead) {
@@ -120,7 +121,7 @@ resources:
 	t.Run("dead pod without its namespace", func(t *testing.T) {
 		// The counter is added to when the run ends, after the removals.
 		c.eventually(t, waitTimeout, "the deleted pod's cache files and reservation released, a DEL counted", func() bool {
-			return !exists(dead.results) && !exists(dead.scratch) && !reserved(dead) && metric(daemon, cniDelOK) >= 1
+			return !framework.Exists(dead.results) && !framework.Exists(dead.scratch) && !reserved(dead) && metric(daemon, cniDelOK) >= 1
 		})
 		if n := metric(daemon, cniDelOK); n != 1 {
 			t.Errorf("%s = %v, want 1", cniDelOK, n)
@@ -148,17 +149,17 @@ resources:
 			t.Fatal(err)
 		}
 		c.eventually(t, waitTimeout, "the force-deleted pod's cache files and reservation released, a DEL counted", func() bool {
-			return !exists(orphan.results) && !exists(orphan.scratch) && !reserved(orphan) && metric(daemon, cniDelOK) >= 2
+			return !framework.Exists(orphan.results) && !framework.Exists(orphan.scratch) && !reserved(orphan) && metric(daemon, cniDelOK) >= 2
 		})
 		// The DEL ran inside the namespace: the interface is gone from it,
 		// and with it the host's end of the veth pair.
-		if !exists(orphan.sandbox.NetNS) {
+		if !framework.Exists(orphan.sandbox.NetNS) {
 			t.Fatalf("namespace %s gone while the runtime was down: the DEL did not run inside it", orphan.sandbox.NetNS)
 		}
 		if out := nsIP(t, orphan.sandbox.NetNS, "-o", "link", "show", "dev", secIfName); !strings.Contains(out, "does not exist") {
 			t.Errorf("%s still in the force-deleted pod's namespace:\n%s", secIfName, out)
 		}
-		if linkExists(t, orphan.hostVeth) {
+		if framework.LinkExists(t, orphan.hostVeth) {
 			t.Errorf("host veth %s of the force-deleted pod still there", orphan.hostVeth)
 		}
 		if n := metric(daemon, cniDelOK); n != 2 {
@@ -174,7 +175,7 @@ resources:
 	})
 
 	t.Run("live pod keeps its attachment", func(t *testing.T) {
-		if !exists(live.results) || !exists(live.scratch) {
+		if !framework.Exists(live.results) || !framework.Exists(live.scratch) {
 			t.Errorf("cache files of the live pod removed")
 		}
 		if !reserved(live) {
@@ -183,7 +184,7 @@ resources:
 		if out := nsIP(t, live.sandbox.NetNS, "-o", "addr", "show", "dev", secIfName); !strings.Contains(out, " "+live.ip+"/") {
 			t.Errorf("live pod lost %s on %s:\n%s", live.ip, secIfName, out)
 		}
-		if !linkExists(t, live.hostVeth) {
+		if !framework.LinkExists(t, live.hostVeth) {
 			t.Errorf("host veth %s of the live pod gone", live.hostVeth)
 		}
 		if n := metric(daemon, cniDelFailed); n != 0 {
@@ -261,14 +262,4 @@ func nsIP(t *testing.T, path string, args ...string) string {
 		t.Fatalf("ip %s in %s: %v\n%s", strings.Join(args, " "), path, err, out)
 	}
 	return string(out)
-}
-
-// linkExists reports whether the node's network has a link of that name.
-func linkExists(t *testing.T, name string) bool {
-	t.Helper()
-	out, err := exec.Command("ip", "-o", "link", "show", "dev", name).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "does not exist") {
-		t.Fatalf("ip link show dev %s: %v\n%s", name, err, out)
-	}
-	return err == nil
 }

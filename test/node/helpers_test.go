@@ -9,14 +9,12 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -279,13 +278,9 @@ func (c *cluster) podLogs(t *testing.T, pod *corev1.Pod) string {
 // failure it prints the pods, the events and the node's logs.
 func (c *cluster) eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.dumpPods(t)
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(pollInterval)
+	if !framework.Poll(timeout, pollInterval, cond) {
+		c.dumpPods(t)
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
 
@@ -411,79 +406,6 @@ func (c *cluster) containerPID(t *testing.T, pod *corev1.Pod, container string) 
 	return task.PID
 }
 
-// prometheus is a real Prometheus server in the node's network namespace.
-type prometheus struct {
-	base string
-}
-
-// startPrometheus runs prometheus scraping target every second.
-func startPrometheus(t *testing.T, target string) *prometheus {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is needed (Debian package prometheus; .ci/run installs it): %v", err)
-	}
-	dir := t.TempDir()
-	config := fmt.Sprintf(`{"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-"scrape_configs": [{"job_name": "sweep", "static_configs": [{"targets": [%q]}]}]}`, target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logFile.Close()
-		if t.Failed() {
-			data, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-			t.Logf("prometheus log:\n%s", data)
-		}
-	})
-	return &prometheus{base: "http://" + addr}
-}
-
-// query runs an instant query and returns the value of its single sample;
-// ok is false when Prometheus does not answer or the result is not one
-// sample.
-func (p *prometheus) query(expr string) (float64, bool) {
-	resp, err := http.Get(p.base + "/api/v1/query?" + url.Values{"query": {expr}}.Encode())
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var r struct {
-		Status string
-		Data   struct {
-			Result []struct {
-				Value [2]any
-			}
-		}
-	}
-	if json.Unmarshal(body, &r) != nil || r.Status != "success" || len(r.Data.Result) != 1 {
-		return 0, false
-	}
-	s, _ := r.Data.Result[0].Value[1].(string)
-	v, err := strconv.ParseFloat(s, 64)
-	return v, err == nil
-}
-
 // metrics GETs the daemon's /metrics at the pod's address and returns the
 // value of series, or -1 when it is absent or the daemon does not answer.
 func metric(pod *corev1.Pod, series string) float64 {
@@ -501,9 +423,4 @@ func metric(pod *corev1.Pod, series string) float64 {
 		}
 	}
 	return -1
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }

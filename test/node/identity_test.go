@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -52,8 +53,8 @@ func TestNodeIdentityOnNode(t *testing.T) {
 				if code != 1 || len(errs) != 1 || !strings.Contains(errs[0], want) {
 					t.Errorf("exit %d, errors %q; want exit 1 and one error naming %s\n%s", code, errs, want, stderr)
 				}
-				checkFiles(t, "live pod", liveFiles, true)
-				checkFiles(t, "deleted pod", files, true)
+				framework.CheckFiles(t, "live pod", liveFiles, true)
+				framework.CheckFiles(t, "deleted pod", files, true)
 			})
 		}
 	})
@@ -68,8 +69,8 @@ func TestNodeIdentityOnNode(t *testing.T) {
 		if s.Removed["results"]+s.Removed["scratch"] != len(files) || s.RemovedBy["pod-gone"] == 0 {
 			t.Errorf("removed %v, want the deleted pod's %d files, its results files as pod-gone: %+v", s.Removed, len(files), s)
 		}
-		checkFiles(t, "live pod", liveFiles, true)
-		checkFiles(t, "deleted pod", files, false)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "deleted pod", files, false)
 	})
 
 	t.Run("the daemon with a name that is not the node's", func(t *testing.T) {
@@ -78,14 +79,14 @@ func TestNodeIdentityOnNode(t *testing.T) {
 		// NODE_NAME from the downward API.
 		pod := c.deploy(t, "install", chartValues(c.node)+fmt.Sprintf("  extraArgs: [--node-name=%s]\n", wrongName), false)
 		c.checkUnproven(t, pod, "node-unproven", "the API server has no Node named", wrongName)
-		checkFiles(t, "live pod", liveFiles, true)
-		checkFiles(t, "deleted pod", files, true)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "deleted pod", files, true)
 
 		// The same release with the node's name prunes again.
 		pod = c.deploy(t, "upgrade", chartValues(c.node), true)
 		c.eventually(t, waitTimeout, "the deleted pod's files removed", func() bool { return allGone(files) })
 		c.waitRuns(t, pod, 2)
-		checkFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
 		if got := metric(pod, "sweep_views_proven"); got != 1 {
 			t.Errorf("sweep_views_proven = %v, want 1", got)
 		}
@@ -100,8 +101,8 @@ func TestNodeIdentityOnNode(t *testing.T) {
 			files := deadFiles(t)
 			pod := c.deploy(t, "upgrade", chartValues(c.node)+fmt.Sprintf("  liveness: %s\n  criSocket: %s\n", liveness, spare), false)
 			c.checkUnproven(t, pod, "runtime-unproven", spare, "lists no sandbox of this daemon's own pod", string(pod.UID))
-			checkFiles(t, "live pod", liveFiles, true)
-			checkFiles(t, "deleted pod", files, true)
+			framework.CheckFiles(t, "live pod", liveFiles, true)
+			framework.CheckFiles(t, "deleted pod", files, true)
 		})
 	}
 
@@ -117,7 +118,7 @@ func TestNodeIdentityOnNode(t *testing.T) {
 		pod := c.deploy(t, "upgrade", chartValues(c.node)+fmt.Sprintf("  liveness: cri\n  criSocket: %s\n", c.node.Socket), true)
 		c.eventually(t, waitTimeout, "the unknown sandbox's files removed", func() bool { return allGone(files) })
 		c.waitRuns(t, pod, 2)
-		checkFiles(t, "live pod", liveFiles, true)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -159,8 +160,8 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 			return allGone(files["gone"]) && allGone(files["static"])
 		})
 		c.waitRuns(t, pod, 2)
-		checkFiles(t, "running sandbox", files["live"], true)
-		checkFiles(t, "NOTREADY sandbox", files["done"], true)
+		framework.CheckFiles(t, "running sandbox", files["live"], true)
+		framework.CheckFiles(t, "NOTREADY sandbox", files["done"], true)
 		if n := metric(pod, "sweep_runtime_sandboxes"); n < 3 {
 			t.Errorf("sweep_runtime_sandboxes = %v, want at least 3 (daemon, live, done)", n)
 		}
@@ -178,14 +179,14 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		c.eventually(t, waitTimeout, "two runs skipped while containerd is down", func() bool {
 			return metric(pod, skipped) >= max(start, 0)+2
 		})
-		checkFiles(t, "containerd down", stale, true)
-		checkFiles(t, "running sandbox, containerd down", files["live"], true)
+		framework.CheckFiles(t, "containerd down", stale, true)
+		framework.CheckFiles(t, "running sandbox, containerd down", files["live"], true)
 
 		if err := c.node.StartContainerd(); err != nil {
 			t.Fatal(err)
 		}
 		c.eventually(t, waitTimeout, "pruning resumed after containerd's restart", func() bool { return allGone(stale) })
-		checkFiles(t, "running sandbox after the restart", files["live"], true)
-		checkFiles(t, "NOTREADY sandbox after the restart", files["done"], true)
+		framework.CheckFiles(t, "running sandbox after the restart", files["live"], true)
+		framework.CheckFiles(t, "NOTREADY sandbox after the restart", files["done"], true)
 	})
 }

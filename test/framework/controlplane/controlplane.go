@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/sweep-k8s/sweep/test/framework"
 )
 
 // adminToken authenticates the harness's admin user (group system:masters).
@@ -160,7 +162,7 @@ func (cp *ControlPlane) start(cfg config) error {
 		}
 		bins[name] = path
 	}
-	ports, err := freePorts(5)
+	ports, err := framework.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -458,24 +460,4 @@ func joinGroups(groups []string) string {
 
 func loopbackURL(scheme string, port int) string {
 	return scheme + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

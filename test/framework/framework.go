@@ -1,0 +1,98 @@
+// Package framework holds the small helpers that the test packages share
+// (free ports, polling, files, network links, a Prometheus server), so that
+// each is written, and fixed, once. The larger pieces of the harness are its
+// subpackages: controlplane, fakecri, multuscache, testbin, ...
+package framework
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+// It holds every listener until all n are chosen, so that the ports differ.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// FreePort returns a loopback port that was free a moment ago; it fails the
+// test when none is.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ports, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports[0]
+}
+
+// Poll calls cond every interval until it holds, and reports whether it did
+// before timeout. cond is called at least once, and once more after the
+// deadline passes, so that a slow cond is not cut short.
+func Poll(timeout, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
+}
+
+// Eventually polls cond every 100ms until it holds, failing the test after
+// timeout with what it was waiting for.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Poll(timeout, 100*time.Millisecond, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// Exists reports whether path exists, without following a final symlink.
+func Exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// CheckFiles reports an error for each of paths whose existence is not want.
+// what names the case in the message.
+func CheckFiles(t testing.TB, what string, paths []string, want bool) {
+	t.Helper()
+	for _, p := range paths {
+		if Exists(p) != want {
+			t.Errorf("%s: %s exists = %t, want %t", what, p, !want, want)
+		}
+	}
+}
+
+// LinkExists reports whether the current network namespace has a link of
+// that name; it fails the test when ip fails for another reason.
+func LinkExists(t testing.TB, name string) bool {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show", "dev", name).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "does not exist") {
+		t.Fatalf("ip link show dev %s: %v\n%s", name, err, out)
+	}
+	return err == nil
+}
