@@ -44,16 +44,13 @@ test: deps kube vet lint
 	$(GO) test $(TESTFLAGS) $(HOSTCLOCK_PKG)
 
 # Every test that needs no control plane or other harness binary (make kube),
-# for the edit-test loop: under two minutes on a warm build cache. Tests that
-# need them live under test/, and so does test/hostclock, which sets the
-# host's clock and runs only alone (make test). The -skip list names the ones
-# not moved there yet (uninstall/watch_test.go, an internal test whose
-# TestReadSnapshot mixes projection cases that need atomicwriter with plain
-# ones); it goes when they move.
+# for the edit-test loop: under two minutes on a warm build cache. It is every
+# package but those under test/: tests that need the harness live there (the
+# harness itself in test/framework), and so does test/hostclock, which sets
+# the host's clock and runs only alone (make test).
 UNIT_PKGS = $$($(GO) list ./... | grep -v '^github.com/sweep-k8s/sweep/test\(/\|$$\)')
-UNIT_SKIP = ^(TestReadSnapshot|TestWatchProjection|TestWatchPlainDirectoryCreatedLater)$$
 unit:
-	$(GO) test -race -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
+	$(GO) test -race $(UNIT_PKGS)
 
 clean:
 	rm -rf $(BIN) dist

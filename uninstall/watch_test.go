@@ -1,37 +1,14 @@
 package uninstall
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sweep-k8s/sweep/cleanup"
-	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
-
-// project writes data into dst with the kubelet's own AtomicWriter, as the
-// kubelet projects a ConfigMap volume.
-func project(t *testing.T, data map[string]string, dst string) {
-	t.Helper()
-	aw, err := controlplane.Binary("atomicwriter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := t.TempDir()
-	for k, v := range data {
-		if err := os.WriteFile(filepath.Join(src, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := exec.Command(aw, "-src", src, "-dst", dst).CombinedOutput(); err != nil {
-		t.Fatalf("atomicwriter: %v\n%s", err, out)
-	}
-}
 
 func TestContentHash(t *testing.T) {
 	hashes := map[string]string{}
@@ -56,28 +33,17 @@ func TestContentHash(t *testing.T) {
 	}
 }
 
+// TestReadSnapshot reads plain directories, as under systemd; the kubelet's
+// projections (atomicwriter, a harness binary) are read in
+// test/watch_test.go.
 func TestReadSnapshot(t *testing.T) {
-	files, resources := `["/host/etc/x"]`, `[{"version": "v1", "resource": "configmaps"}]`
+	files := `["/host/etc/x"]`
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, dir string)
 		want  Snapshot
 	}{
 		{"empty dir (optional ConfigMap absent)", func(*testing.T, string) {}, Snapshot{}},
-		{"projection with both keys", func(t *testing.T, dir string) {
-			project(t, map[string]string{cleanup.FileConfigName: files, cleanup.ResourceConfigName: resources}, dir)
-		}, Snapshot{FileConfig: []byte(files), ResourceConfig: []byte(resources)}},
-		{"projection with one key", func(t *testing.T, dir string) {
-			project(t, map[string]string{cleanup.FileConfigName: files}, dir)
-		}, Snapshot{FileConfig: []byte(files)}},
-		{"projection updated to the other key", func(t *testing.T, dir string) {
-			project(t, map[string]string{cleanup.FileConfigName: files}, dir)
-			project(t, map[string]string{cleanup.ResourceConfigName: resources}, dir)
-		}, Snapshot{ResourceConfig: []byte(resources)}},
-		{"projection emptied (keys removed)", func(t *testing.T, dir string) {
-			project(t, map[string]string{cleanup.FileConfigName: files}, dir)
-			project(t, nil, dir)
-		}, Snapshot{}},
 		{"plain directory", func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, cleanup.FileConfigName), []byte(files), 0o600); err != nil {
 				t.Fatal(err)
@@ -117,51 +83,6 @@ func recv(t *testing.T, ch <-chan Snapshot) Snapshot {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no snapshot within 10s")
 		return Snapshot{}
-	}
-}
-
-func TestWatchProjection(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	ch := make(chan Snapshot)
-	done := make(chan error, 1)
-	go func() { done <- Watch(ctx, dir, WatchOptions{Debounce: 50 * time.Millisecond, Resync: time.Hour}, ch) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-
-	if s := recv(t, ch); !s.Empty() {
-		t.Fatalf("first snapshot of an empty dir: %+v", s)
-	}
-	project(t, map[string]string{cleanup.FileConfigName: "[]"}, dir)
-	if s := recv(t, ch); string(s.FileConfig) != "[]" || s.ResourceConfig != nil {
-		t.Fatalf("after the projection: %q %q", s.FileConfig, s.ResourceConfig)
-	}
-
-	// A burst of updates: every snapshot sent is one of the projected
-	// versions (never a mix), and the last one is the final version.
-	var last Snapshot
-	versions := map[string]bool{}
-	for i := range 20 {
-		v := map[string]string{cleanup.FileConfigName: `["/host/` + strconv.Itoa(i) + `"]`, cleanup.ResourceConfigName: strconv.Itoa(i)}
-		versions[ContentHash([]byte(v[cleanup.FileConfigName]), []byte(v[cleanup.ResourceConfigName]))] = true
-		project(t, v, dir)
-	}
-	final := `["/host/19"]`
-	for !bytes.Equal(last.FileConfig, []byte(final)) {
-		last = recv(t, ch)
-		if !versions[last.Hash()] {
-			t.Fatalf("inconsistent snapshot %q %q", last.FileConfig, last.ResourceConfig)
-		}
-	}
-
-	// The ConfigMap loses its keys: an empty snapshot.
-	project(t, nil, dir)
-	if s := recv(t, ch); !s.Empty() {
-		t.Fatalf("after emptying: %+v", s)
 	}
 }
 
