@@ -3,14 +3,11 @@ package cleanup
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 func TestParseResourceConfig(t *testing.T) {
@@ -126,7 +123,9 @@ func TestParseFileConfig(t *testing.T) {
 
 // TestLoadConfig covers which directories are refused: a run that finds
 // nothing to do must not pass for a cleanup, nor one that finds half of
-// its config next to a misnamed other half.
+// its config next to a misnamed other half. Plain directories here; the
+// kubelet's projections of a ConfigMap (atomicwriter, a harness binary) in
+// test/cleanup_config_test.go.
 func TestLoadConfig(t *testing.T) {
 	const (
 		files     = `["/host/a"]`
@@ -136,8 +135,6 @@ func TestLoadConfig(t *testing.T) {
 		name string
 		// data are the directory's files; nil: no directory at all.
 		data map[string]string
-		// projected writes data as the kubelet mounts a ConfigMap.
-		projected bool
 		// wantErr is the refusal; "" loads.
 		wantErr    string
 		wantFiles  int
@@ -147,17 +144,11 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "no directory", wantErr: "does not exist"},
 		{name: "empty directory", data: map[string]string{}, wantErr: "has neither file-config.json nor resource-config.json: it has no other files"},
-		{name: "empty ConfigMap", data: map[string]string{}, projected: true, wantErr: "it has no other files"},
 		{name: "both", data: map[string]string{FileConfigName: files, ResourceConfigName: resources}, wantFiles: 1, wantRes: 1},
-		{name: "both, projected", data: map[string]string{FileConfigName: files, ResourceConfigName: resources}, projected: true, wantFiles: 1, wantRes: 1},
 		{name: "resources only", data: map[string]string{ResourceConfigName: resources}, wantRes: 1, wantAbsent: []string{FileConfigName}},
-		{name: "files only, projected", data: map[string]string{FileConfigName: files}, projected: true, wantFiles: 1, wantAbsent: []string{ResourceConfigName}},
 		{name: "typo alone", data: map[string]string{"files-config.json": files}, wantErr: `it has "files-config.json" (did you mean file-config.json?)`},
-		{name: "typo alone, projected", data: map[string]string{"resource-config.yaml": resources}, projected: true, wantErr: `it has "resource-config.yaml" (did you mean resource-config.json?)`},
 		{name: "typo beside the other", data: map[string]string{"files-config.json": files, ResourceConfigName: resources},
 			wantErr: `has no file-config.json but has "files-config.json" (did you mean file-config.json?)`},
-		{name: "unrelated name beside one", data: map[string]string{FileConfigName: files, "resources.json": resources}, projected: true,
-			wantErr: `has no resource-config.json but has "resources.json": name it resource-config.json`},
 		{name: "other files beside both: a warning", data: map[string]string{FileConfigName: files, ResourceConfigName: resources, "README": "x", "file-config.json.orig": "[]"},
 			wantFiles: 1, wantRes: 1, wantWarn: []string{`"README"`, `"file-config.json.orig" (did you mean file-config.json?)`}},
 		{name: "bad resource config", data: map[string]string{ResourceConfigName: `[{"version":"v1","resource":"pods","nmae":"x"}]`}, wantErr: `unknown key "nmae"`},
@@ -165,11 +156,7 @@ func TestLoadConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "config")
-			switch {
-			case tt.data == nil:
-			case tt.projected:
-				project(t, tt.data, dir)
-			default:
+			if tt.data != nil {
 				if err := os.Mkdir(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -199,29 +186,6 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("unknown %q, want %q", cfg.Unknown, tt.wantWarn)
 			}
 		})
-	}
-}
-
-// project writes data into dst as the kubelet mounts a ConfigMap: the
-// kubelet's own atomic writer makes the ..<timestamp> directory, the ..data
-// symlink to it and one symlink per key.
-func project(t *testing.T, data map[string]string, dst string) {
-	t.Helper()
-	aw, err := controlplane.Binary("atomicwriter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := t.TempDir()
-	for k, v := range data {
-		if err := os.WriteFile(filepath.Join(src, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := exec.Command(aw, "-src", src, "-dst", dst).CombinedOutput(); err != nil {
-		t.Fatalf("atomicwriter: %v\n%s", err, out)
-	}
-	if des, err := os.ReadDir(dst); err != nil || len(des) < 1 {
-		t.Fatalf("atomicwriter left %v: %v", des, err)
 	}
 }
 

@@ -291,7 +291,9 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 }
 
 // project plays the kubelet: it projects the ConfigMap's data into the
-// node's volume directory with the kubelet's own AtomicWriter.
+// node's volume directory (dst) with the kubelet's own AtomicWriter, which
+// makes the ..<timestamp> directory, the ..data symlink to it and one
+// symlink per key.
 func project(t *testing.T, data map[string]string, dst string) {
 	t.Helper()
 	aw, err := controlplane.Binary("atomicwriter")
@@ -304,6 +306,9 @@ func project(t *testing.T, data map[string]string, dst string) {
 	}
 	if out, err := exec.Command(aw, "-src", src, "-dst", dst).CombinedOutput(); err != nil {
 		t.Fatalf("atomicwriter: %v\n%s", err, out)
+	}
+	if des, err := os.ReadDir(dst); err != nil || len(des) < 1 {
+		t.Fatalf("atomicwriter left %v: %v", des, err)
 	}
 }
 
