@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
 
@@ -56,18 +57,6 @@ func TestReadSnapshotProjection(t *testing.T) {
 	}
 }
 
-// recvSnapshot waits for the next snapshot.
-func recvSnapshot(t *testing.T, ch <-chan uninstall.Snapshot) uninstall.Snapshot {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(10 * time.Second):
-		t.Fatal("no snapshot within 10s")
-		return uninstall.Snapshot{}
-	}
-}
-
 func TestWatchProjection(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -83,11 +72,11 @@ func TestWatchProjection(t *testing.T) {
 		}
 	}()
 
-	if s := recvSnapshot(t, ch); !s.Empty() {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); !s.Empty() {
 		t.Fatalf("first snapshot of an empty dir: %+v", s)
 	}
 	project(t, map[string]string{cleanup.FileConfigName: "[]"}, dir)
-	if s := recvSnapshot(t, ch); string(s.FileConfig) != "[]" || s.ResourceConfig != nil {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); string(s.FileConfig) != "[]" || s.ResourceConfig != nil {
 		t.Fatalf("after the projection: %q %q", s.FileConfig, s.ResourceConfig)
 	}
 
@@ -102,7 +91,7 @@ func TestWatchProjection(t *testing.T) {
 	}
 	final := `["/host/19"]`
 	for !bytes.Equal(last.FileConfig, []byte(final)) {
-		last = recvSnapshot(t, ch)
+		last = framework.Receive(t, ch, 10*time.Second, "snapshot")
 		if !versions[last.Hash()] {
 			t.Fatalf("inconsistent snapshot %q %q", last.FileConfig, last.ResourceConfig)
 		}
@@ -110,7 +99,7 @@ func TestWatchProjection(t *testing.T) {
 
 	// The ConfigMap loses its keys: an empty snapshot.
 	project(t, nil, dir)
-	if s := recvSnapshot(t, ch); !s.Empty() {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); !s.Empty() {
 		t.Fatalf("after emptying: %+v", s)
 	}
 }

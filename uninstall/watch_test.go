@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/test/framework"
 )
 
 func TestContentHash(t *testing.T) {
@@ -74,18 +75,6 @@ func TestReadSnapshot(t *testing.T) {
 	}
 }
 
-// recv waits for the next snapshot.
-func recv(t *testing.T, ch <-chan Snapshot) Snapshot {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(10 * time.Second):
-		t.Fatal("no snapshot within 10s")
-		return Snapshot{}
-	}
-}
-
 func TestWatchPlainDirectoryCreatedLater(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "later")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -94,7 +83,7 @@ func TestWatchPlainDirectoryCreatedLater(t *testing.T) {
 	go func() {
 		_ = Watch(ctx, dir, WatchOptions{Debounce: 20 * time.Millisecond, Resync: 200 * time.Millisecond}, ch)
 	}()
-	if s := recv(t, ch); !s.Empty() {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); !s.Empty() {
 		t.Fatalf("missing dir: %+v", s)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -110,14 +99,14 @@ func TestWatchPlainDirectoryCreatedLater(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, cleanup.FileConfigName)); err != nil {
 		t.Fatal(err)
 	}
-	if s := recv(t, ch); string(s.FileConfig) != `["/host/x"]` {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); string(s.FileConfig) != `["/host/x"]` {
 		t.Fatalf("after the save: %q", s.FileConfig)
 	}
 	// A write in place is seen too.
 	if err := os.WriteFile(filepath.Join(dir, cleanup.FileConfigName), []byte(`["/host/y"]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s := recv(t, ch); string(s.FileConfig) != `["/host/y"]` {
+	if s := framework.Receive(t, ch, 10*time.Second, "snapshot"); string(s.FileConfig) != `["/host/y"]` {
 		t.Fatalf("after the write: %q", s.FileConfig)
 	}
 }

@@ -96,3 +96,17 @@ func LinkExists(t testing.TB, name string) bool {
 	}
 	return err == nil
 }
+
+// Receive waits up to timeout for the next value on ch, failing the test
+// with "no <what> within <timeout>" when none comes.
+func Receive[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("no %s within %s", what, timeout)
+		var zero T
+		return zero
+	}
+}
