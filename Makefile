@@ -31,9 +31,9 @@ lint:
 	hack/build-tools.sh lint
 	$$(hack/build-tools.sh lint-path) run ./...
 
-# test/hostclock sets the host's wall clock, which every test's daemon would
+# test/e2e/hostclock sets the host's wall clock, which every test's daemon would
 # see: it runs alone, after all the others.
-HOSTCLOCK_PKG = github.com/sweep-k8s/sweep/test/hostclock
+HOSTCLOCK_PKG = github.com/sweep-k8s/sweep/test/e2e/hostclock
 # The Debian packages the tests run (containerd, runc, iptables, promtool,
 # ...): installed when missing and root, else the one command to run.
 deps:
@@ -46,7 +46,7 @@ test: deps kube vet lint
 # Every test that needs no control plane or other harness binary (make kube),
 # for the edit-test loop: under two minutes on a warm build cache. It is every
 # package but those under test/: tests that need the harness live there (the
-# harness itself in test/framework), and so does test/hostclock, which sets
+# harness itself in test/framework), and so does test/e2e/hostclock, which sets
 # the host's clock and runs only alone (make test).
 UNIT_PKGS = $$($(GO) list ./... | grep -v '^github.com/sweep-k8s/sweep/test\(/\|$$\)')
 unit:
@@ -63,10 +63,10 @@ release:
 
 # Regenerate the flag reference, docs/reference/flags.md, from the commands'
 # --help, and the chart's README from its values.yaml with helm-docs;
-# test/docs_test.go and test/chart_test.go fail while either is stale.
+# test/e2e/docs_test.go and test/e2e/chart_test.go fail while either is stale.
 docs:
 	hack/build-tools.sh helm-docs
-	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/
+	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/e2e/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics. It builds only what it runs:

@@ -125,7 +125,7 @@ func TestParseFileConfig(t *testing.T) {
 // nothing to do must not pass for a cleanup, nor one that finds half of
 // its config next to a misnamed other half. Plain directories here; the
 // kubelet's projections of a ConfigMap (atomicwriter, a harness binary) in
-// test/cleanup_config_test.go.
+// test/e2e/cleanup_config_test.go.
 func TestLoadConfig(t *testing.T) {
 	const (
 		files     = `["/host/a"]`

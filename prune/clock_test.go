@@ -12,7 +12,7 @@ import (
 // fakeClocks are a node's clocks under a test's control: time runs on both,
 // a set moves the wall clock alone and is reported to the guard's watch,
 // which has measured it when set returns. The host's clocks are never
-// touched (test/hostclock has the real timerfd).
+// touched (test/e2e/hostclock has the real timerfd).
 type fakeClocks struct {
 	mu       sync.Mutex
 	wallNow  time.Time

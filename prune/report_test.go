@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
@@ -167,25 +167,6 @@ func (r slowReleaser) Release(ctx context.Context, _ string, _ []byte) error {
 	}
 }
 
-// syncBuffer is a log destination safe for the progress goroutine and the
-// workers at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestRunLogsCNIDelProgress checks that a run with CNI DEL says how far it
 // got while it runs, not only at its end (issue 26).
 func TestRunLogsCNIDelProgress(t *testing.T) {
@@ -199,7 +180,7 @@ func TestRunLogsCNIDelProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var out syncBuffer
+	var out framework.Buffer
 	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Workers: 1,
 		Release: slowReleaser{50 * time.Millisecond}, ProgressInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&out, nil))})

@@ -36,7 +36,7 @@ func TestContentHash(t *testing.T) {
 
 // TestReadSnapshot reads plain directories, as under systemd; the kubelet's
 // projections (atomicwriter, a harness binary) are read in
-// test/watch_test.go.
+// test/e2e/watch_test.go.
 func TestReadSnapshot(t *testing.T) {
 	files := `["/host/etc/x"]`
 	tests := []struct {

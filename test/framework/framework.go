@@ -5,11 +5,13 @@
 package framework
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -109,4 +111,25 @@ func Receive[T any](t testing.TB, ch <-chan T, timeout time.Duration, what strin
 		var zero T
 		return zero
 	}
+}
+
+// Buffer is a bytes.Buffer that a test may read while a process, a logger
+// or a goroutine writes to it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p to the buffer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

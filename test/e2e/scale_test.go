@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // request, and reports the API server's requests from the daemons while
 // starting and during the cycles, and the daemons' memory. Run it with
 //
-//	go test -run x -bench HundredDaemons -benchtime 1x ./test/
+//	go test -run x -bench HundredDaemons -benchtime 1x ./test/e2e/
 func BenchmarkHundredDaemons(b *testing.B) {
 	const nodes, perNode = 100, 100
 	cp := controlplane.Start(b)

@@ -1,6 +1,6 @@
-// Package test holds end-to-end tests: the built binaries as processes
+// Package e2e holds end-to-end tests: the built binaries as processes
 // against a real control plane (test/framework/controlplane) and real files.
-package test
+package e2e
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"archive/tar"
@@ -38,7 +38,7 @@ func TestReleaseArchives(t *testing.T) {
 	build := func(dist string) {
 		t.Helper()
 		cmd := exec.Command("hack/release.sh")
-		cmd.Dir = ".."
+		cmd.Dir = "../.."
 		cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "PLATFORMS="+host, "SWEEPD_PLATFORMS="+sweepdPlatforms,
 			"BASE_URL=https://example.invalid/dl")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -96,7 +96,7 @@ func TestReleaseArchives(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			repo, err := os.ReadFile(filepath.Join("..", "systemd", f))
+			repo, err := os.ReadFile(filepath.Join("../..", "systemd", f))
 			if err != nil {
 				t.Fatal(err)
 			}

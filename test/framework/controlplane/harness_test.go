@@ -1,5 +1,5 @@
-// Package controlplane_test checks the harness itself against the real
-// binaries: it lives under test/ because it needs them (make kube).
+// These tests check the harness against the real binaries (make kube);
+// make unit leaves test/ out for that reason.
 package controlplane_test
 
 import (

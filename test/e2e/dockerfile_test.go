@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ type dockerfile struct {
 
 func parseDockerfile(t *testing.T) dockerfile {
 	t.Helper()
-	data, err := os.ReadFile("../Dockerfile")
+	data, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func ignored(patterns []string, rel string) bool {
 // .dockerignore, into a temporary directory.
 func buildContext(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("../.dockerignore")
+	data, err := os.ReadFile("../../.dockerignore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +113,11 @@ func buildContext(t *testing.T) string {
 		}
 	}
 	ctx := t.TempDir()
-	err = filepath.WalkDir("..", func(p string, e fs.DirEntry, err error) error {
+	err = filepath.WalkDir("../..", func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel("..", p)
+		rel, _ := filepath.Rel("../..", p)
 		if rel == "." {
 			return nil
 		}

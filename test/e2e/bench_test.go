@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ import (
 // `find DIR -type f -delete`, alternately in one run. It reports both wall
 // times, their ratio and sweepd's peak RSS. Example:
 //
-//	go test -run x -bench 'PruneVsFind/files=100k' -benchtime 5x ./test/
+//	go test -run x -bench 'PruneVsFind/files=100k' -benchtime 5x ./test/e2e/
 func BenchmarkPruneVsFind(b *testing.B) {
 	for _, n := range []struct {
 		name      string

@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"bytes"
@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	chartDir       = "../charts/sweep"
-	chartAllValues = "../charts/sweep/ci/all-values.yaml"
+	chartDir       = "../../charts/sweep"
+	chartAllValues = "../../charts/sweep/ci/all-values.yaml"
 	chartRelease   = "rel"
 	chartNamespace = "sweep-system"
 )
@@ -979,7 +979,7 @@ func TestChartMetadata(t *testing.T) {
 	if err := utilyaml.Unmarshal(data, &chart); err != nil {
 		t.Fatal(err)
 	}
-	license, err := os.ReadFile("../LICENSE")
+	license, err := os.ReadFile("../../LICENSE")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ import (
 // command exists and is executable.
 func unitForTest(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("../systemd/sweepd.service")
+	data, err := os.ReadFile("../../systemd/sweepd.service")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +62,11 @@ func TestSystemdUnitVerify(t *testing.T) {
 // whatever its spaces, and every flag is accepted (exit 1 for the missing
 // kubeconfig, not 2 for usage).
 func TestSystemdExecStart(t *testing.T) {
-	unit, err := os.ReadFile("../systemd/sweepd.service")
+	unit, err := os.ReadFile("../../systemd/sweepd.service")
 	if err != nil {
 		t.Fatal(err)
 	}
-	envFile, err := os.ReadFile("../systemd/sweepd.env")
+	envFile, err := os.ReadFile("../../systemd/sweepd.env")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ waiting:
 // chart's requests and limits are based on it).
 func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 	t.Helper()
-	doc, err := os.ReadFile("../docs/metrics.md")
+	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}

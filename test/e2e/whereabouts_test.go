@@ -1,4 +1,4 @@
-package test
+package e2e
 
 import (
 	"crypto/rand"
@@ -35,7 +35,7 @@ var (
 func whereaboutsCRDs(t *testing.T) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/whereabouts")
-	cmd.Dir = filepath.Join("..", "hack", "tools", "whereabouts")
+	cmd.Dir = filepath.Join("../..", "hack", "tools", "whereabouts")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("locate the whereabouts module: %v", err)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/transient"
 )
@@ -229,29 +230,10 @@ func (c *cluster) cronJob(t *testing.T, ns, name, cmName string) *batchv1.CronJo
 	return cj
 }
 
-// syncBuffer is a bytes.Buffer that the test may read while the process
-// writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // run is one invocation of kubectl with the plugin on PATH.
 type run struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr framework.Buffer
 	done           chan struct{}
 	code           int
 	elapsed        time.Duration
