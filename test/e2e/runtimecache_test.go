@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
@@ -230,4 +235,128 @@ func TestRuntimeCacheEndToEnd(t *testing.T) {
 			t.Errorf("left %v, want %v", got, rc.keep)
 		}
 	})
+}
+
+// TestCNIDelRuntimeCache replays the DEL of the runtime's own cache files
+// with the real bridge and host-local plugins: a pod's primary network added
+// through libcni as containerd adds it (its cache under the runtime's
+// directory, the runtime's CNI args), the pod deleted without DEL. The
+// deleted pod's address and host interface are released and its file goes;
+// the live pod's stay; a dry run runs no DEL (issue 28).
+func TestCNIDelRuntimeCache(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: network namespaces, bridges and veths")
+	}
+	binDir, err := controlplane.CNIBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+
+	suffix := randHex(t, 3)
+	tmp := t.TempDir()
+	multus := filepath.Join(tmp, "multus")
+	if err := os.MkdirAll(filepath.Join(multus, "results"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	runtimeRoot := filepath.Join(tmp, "cni") // containerd's /var/lib/cni
+	results := filepath.Join(runtimeRoot, "results")
+	dataDir := filepath.Join(tmp, "networks")
+	bridge := "swpr" + suffix
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
+	const network = "e2e-primary"
+	conf := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":"10.253.%d.0/24","dataDir":%q}}]}`,
+		network, bridge, randByte(t), dataDir)
+	list, err := libcni.NetworkConfFromBytes(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, runtimeRoot, nil)
+	add := func(name string) *cniPod {
+		t.Helper()
+		p := &cniPod{name: name, sandbox: randHex(t, 32), netns: "sweep-rc-" + suffix + "-" + name}
+		p.uid = createPod(t, cs, "default", name, "node-a")
+		ip(t, "netns", "add", p.netns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.netns).Run() })
+		res, err := cni.AddNetworkList(t.Context(), list, &libcni.RuntimeConf{
+			ContainerID: p.sandbox, NetNS: "/var/run/netns/" + p.netns, IfName: "eth0",
+			Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", name},
+				{"K8S_POD_INFRA_CONTAINER_ID", p.sandbox}, {"K8S_POD_UID", p.uid}},
+		})
+		if err != nil {
+			t.Fatalf("ADD %s: %v", name, err)
+		}
+		r, err := types100.GetResult(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, iface := range r.Interfaces {
+			if iface.Sandbox == "" && iface.Name != bridge {
+				p.veths = append(p.veths, iface.Name)
+			}
+		}
+		for _, a := range r.IPs {
+			p.ips = append(p.ips, a.Address.IP.String())
+		}
+		if len(p.veths) != 1 || len(p.ips) != 1 {
+			t.Fatalf("pod %s: host veths %v, IPs %v after ADD", name, p.veths, p.ips)
+		}
+		return p
+	}
+	live, gone := add("live"), add("gone")
+	deletePod(t, cs, "default", "gone")
+	file := func(p *cniPod) string { return filepath.Join(results, network+"-"+p.sandbox+"-eth0") }
+	allocated := func(p *cniPod) bool { return framework.Exists(filepath.Join(dataDir, network, p.ips[0])) }
+
+	prune := func(t *testing.T, args ...string) (attempted, succeeded int) {
+		t.Helper()
+		stdout, stderr, code := runCmd(t, exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--kubeconfig=" + cp.Kubeconfig,
+			"--multus-dir=" + multus, "--runtime-cache-dir=" + results, "--min-age=0s", "--allow-short-intervals", "--cni-del", "--cni-bin-dir=" + binDir,
+			"--output=json"}, args...)...))
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+		}
+		var sum struct {
+			CNIDel struct{ Attempted, Succeeded int } `json:"cniDel"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+			t.Fatalf("output: %v\n%s", err, stdout)
+		}
+		return sum.CNIDel.Attempted, sum.CNIDel.Succeeded
+	}
+
+	t.Run("dry run runs no DEL", func(t *testing.T) {
+		if a, s := prune(t, "--dry-run"); a != 1 || s != 0 {
+			t.Errorf("cni del: would run %d, succeeded %d; want 1, 0", a, s)
+		}
+		if !framework.Exists(file(gone)) || !allocated(gone) || !framework.LinkExists(t, gone.veths[0]) {
+			t.Error("the dry run released the deleted pod's attachment or removed its file")
+		}
+	})
+
+	t.Run("the deleted pod's attachment is released, then its file goes", func(t *testing.T) {
+		if a, s := prune(t); a != 1 || s != 1 {
+			t.Errorf("cni del: attempted %d, succeeded %d; want 1, 1", a, s)
+		}
+		if framework.Exists(file(gone)) || allocated(gone) || framework.LinkExists(t, gone.veths[0]) {
+			t.Errorf("deleted pod: file %v, address %v, host veth %v; want all gone",
+				framework.Exists(file(gone)), allocated(gone), framework.LinkExists(t, gone.veths[0]))
+		}
+		if !framework.Exists(file(live)) || !allocated(live) || !framework.LinkExists(t, live.veths[0]) {
+			t.Error("the live pod's attachment or file was touched")
+		}
+	})
+}
+
+// randByte is a random octet, so that concurrent runs use different subnets.
+func randByte(t *testing.T) int {
+	t.Helper()
+	var b [1]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return int(b[0])
 }
