@@ -2,6 +2,7 @@ package prune_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -266,6 +267,21 @@ func TestRunRuntimeCache(t *testing.T) {
 			}
 			if got, want := m.DiskBytes, diskBytes(t, rt.multus); got != want || got == 0 {
 				t.Errorf("multus cache disk bytes = %d, want %d", got, want)
+			}
+
+			var text strings.Builder
+			if err := sum.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			verb := "removed"
+			if tc.dryRun {
+				verb = "would remove"
+			}
+			if want := fmt.Sprintf("\n  runtime cache %s: scanned %d results; %s %d results\n", rt.runtime, len(before), verb, len(gone)); !strings.Contains(text.String(), want) {
+				t.Errorf("text summary:\n%s\nlacks %q", text.String(), want)
+			}
+			if want := fmt.Sprintf("%s: scanned %d results, %d scratch,", rt.multus, m.Scanned[prune.PhaseResults], m.Scanned[prune.PhaseScratch]); !strings.HasPrefix(text.String(), want) {
+				t.Errorf("text summary:\n%s\nwant its first line to count multus's cache alone: %q", text.String(), want)
 			}
 
 			// The DEL is the same as for multus's results files.
