@@ -30,7 +30,11 @@ type pruneFlags struct {
 
 // The defaults of --cni-del-rate and --cni-del-concurrency, from the
 // measurements in docs/measurements.md: a backlog of 200,000 DELs drains in
-// under six hours, and new pods' ADDs on a two-core node do not notice.
+// under six hours, and the ADDs of new pods on a bridge + host-local network
+// stay within the noise of idle. Two at once, so that one slow plugin
+// (Whereabouts waits for its Lease; a hung one for the timeout) does not
+// hold the rate back. Whereabouts' ADDs feel any concurrent DEL in their
+// p99 whatever the rate (docs/cni-del.md).
 const (
 	defaultCNIDelRate        = 10
 	defaultCNIDelConcurrency = 2
