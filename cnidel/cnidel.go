@@ -119,6 +119,16 @@ type network struct {
 	single *libcni.PluginConfig
 }
 
+// types returns the type of the network's first plugin, the one that sets
+// up the attachment, and of its IPAM plugin, if it has one.
+func (n network) types() (plugin, ipam string) {
+	c := n.single
+	if n.list != nil {
+		c = n.list.Plugins[0]
+	}
+	return c.Network.Type, c.Network.IPAM.Type
+}
+
 func (n network) name() string {
 	if n.list != nil {
 		return n.list.Name
@@ -176,6 +186,18 @@ type Options struct {
 	// 13 MiB and runs host-local (13 MiB more) as its child, so one DEL per
 	// prune worker on a big node would exceed the daemon's memory limit.
 	Parallel int
+	// Observe, when set, receives each DEL that ran, after it ended: the
+	// duration histogram of the daemon's metrics. Called concurrently.
+	Observe func(Observed)
+}
+
+// Observed is one DEL that ran: the types of the network's first plugin and
+// of its IPAM, as the cached config names them, how long the plugins took
+// and their error.
+type Observed struct {
+	Plugin, IPAM string
+	Duration     time.Duration
+	Err          error
 }
 
 // DefaultTimeout bounds a plugin call when Options.Timeout is zero.
@@ -215,7 +237,7 @@ func New(opts Options) (*Releaser, error) {
 // nil error means every plugin of the network returned success: by the CNI
 // spec, DEL of something already gone succeeds, so a repeated Release is
 // harmless. name is the file's name, for error messages only.
-func (r *Releaser) Release(ctx context.Context, name string, data []byte) error {
+func (r *Releaser) Release(ctx context.Context, name string, data []byte) (err error) {
 	a, err := Decode(data)
 	if err != nil {
 		return err
@@ -246,6 +268,13 @@ func (r *Releaser) Release(ctx context.Context, name string, data []byte) error 
 	cached := filepath.Join(results, n.name()+"-"+a.ContainerID+"-"+a.IfName)
 	if err := os.WriteFile(cached, data, 0o600); err != nil {
 		return fmt.Errorf("scratch copy of %s: %w", name, err)
+	}
+	if r.opts.Observe != nil {
+		start := time.Now()
+		defer func() {
+			plugin, ipam := n.types()
+			r.opts.Observe(Observed{Plugin: plugin, IPAM: ipam, Duration: time.Since(start), Err: err})
+		}()
 	}
 	cni := libcni.NewCNIConfigWithCacheDir(r.opts.BinDirs, cacheDir, &pluginExec{timeout: r.opts.Timeout})
 	rt := &libcni.RuntimeConf{

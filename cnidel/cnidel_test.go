@@ -305,3 +305,44 @@ func TestLiveNetNSMounted(t *testing.T) {
 		t.Fatalf("liveNetNS(%q) = %q after the namespace was deleted", path, got)
 	}
 }
+
+// TestReleaseObserved: each DEL that ran is reported with the types of its
+// first plugin and IPAM and its outcome; one that could not run is not.
+func TestReleaseObserved(t *testing.T) {
+	bin := t.TempDir()
+	writePlugin(t, bin, "ok", `exit 0`)
+	writePlugin(t, bin, "fails", `echo '{"cniVersion":"1.0.0","code":11,"msg":"no"}'; exit 1`)
+	var got []Observed
+	r, err := New(Options{BinDirs: []string{bin}, Observe: func(o Observed) { got = append(got, o) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		config     string
+		plugin     string
+		ipam       string
+		wantErr    bool
+		wantReport bool
+	}{
+		{config: `{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"ok","ipam":{"type":"host-local"}},{"type":"fails"}]}`,
+			plugin: "ok", ipam: "host-local", wantErr: true, wantReport: true},
+		{config: `{"cniVersion":"1.0.0","name":"net","type":"ok","ipam":{"type":"whereabouts"}}`,
+			plugin: "ok", ipam: "whereabouts", wantReport: true},
+		{config: `{"cniVersion":"1.0.0","name":"net","plugins":[]}`}, // no DEL to run
+	} {
+		got = nil
+		err := r.Release(t.Context(), "f", cache(tc.config, ""))
+		if (err != nil) != tc.wantErr && tc.wantReport {
+			t.Errorf("%s: error %v", tc.config, err)
+		}
+		if !tc.wantReport {
+			if len(got) != 0 {
+				t.Errorf("%s: reported %+v for a DEL that did not run", tc.config, got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[0].Plugin != tc.plugin || got[0].IPAM != tc.ipam || (got[0].Err != nil) != tc.wantErr {
+			t.Errorf("%s: reported %+v, want plugin %s, ipam %s, error %v", tc.config, got, tc.plugin, tc.ipam, tc.wantErr)
+		}
+	}
+}

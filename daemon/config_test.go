@@ -27,6 +27,7 @@ func TestValidateFields(t *testing.T) {
 		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = LivenessBoth, "/run/x.sock" }, "CRIEndpoint"},
 		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = LivenessBoth, -time.Second }, "CRITimeout"},
 		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
+		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
 		{"uninstall with cri liveness", func(c *Config) {
 			c.Liveness, c.ExpectRuntime, c.Uninstall = LivenessCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -115,8 +116,12 @@ type Config struct {
 	// CNIDel, when set, runs CNI DEL for a stale results file's attachment
 	// before it is removed (prune.Options.Release), with plugins from its
 	// BinDirs, which must exist.
-	// Prune.MaxReleases caps the DELs of one run.
+	// Prune.MaxReleases caps the DELs of one run, Prune.ReleaseConcurrency
+	// says how many run at once, CNIDelRate paces them.
 	CNIDel *cnidel.Options
+	// CNIDelRate is how many CNI DELs may start per second, over all the
+	// runs of the daemon (0: unpaced), unless Prune.ReleaseRate is set.
+	CNIDelRate float64
 	// Uninstall, when set, runs the uninstall cleanup (package uninstall)
 	// next to the prune, unless WithUninstall injected one: its NodeName
 	// and StateDir are the daemon's, and it needs API server access, so not
@@ -205,6 +210,12 @@ func (c Config) Validate() error {
 	}
 	if c.Prune.MaxReleases < 0 {
 		return fieldError("Prune.MaxReleases", "must not be negative")
+	}
+	if c.CNIDelRate < 0 {
+		return fieldError("CNIDelRate", "must not be negative")
+	}
+	if c.Prune.ReleaseConcurrency < 0 {
+		return fieldError("Prune.ReleaseConcurrency", "must not be negative")
 	}
 	if c.CNIDel != nil {
 		if len(c.CNIDel.BinDirs) == 0 {
@@ -411,11 +422,21 @@ func (d *Daemon) buildClients() error {
 				return fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
 			}
 		}
-		rel, err := cnidel.New(*d.cfg.CNIDel)
+		opts := *d.cfg.CNIDel
+		if opts.Observe == nil {
+			// d.metrics is made after the clients, before any run.
+			opts.Observe = func(o cnidel.Observed) { d.metrics.observeDEL(o) }
+		}
+		rel, err := cnidel.New(opts)
 		if err != nil {
 			return field.Wrap("CNIDel", err)
 		}
 		d.cfg.Prune.Release = rel
+	}
+	if d.cfg.Prune.Release != nil && d.cfg.Prune.ReleaseRate == nil && d.cfg.CNIDelRate > 0 {
+		// A token bucket of one: DELs start evenly spaced, never in a burst
+		// that would queue a new pod's ADD behind several of them at once.
+		d.cfg.Prune.ReleaseRate = rate.NewLimiter(rate.Limit(d.cfg.CNIDelRate), 1)
 	}
 	return nil
 }
@@ -723,7 +744,11 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
-	sum, res, err := prune.Cycle(ctx, d.sources, d.cfg.Prune)
+	opts := d.cfg.Prune
+	if opts.Release != nil {
+		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
+	}
+	sum, res, err := prune.Cycle(ctx, d.sources, opts)
 	if res.Sandboxes >= 0 {
 		d.metrics.sandboxes.Set(float64(res.Sandboxes))
 	}
@@ -767,6 +792,16 @@ func (d *Daemon) cycle(ctx context.Context) {
 	default:
 		d.log.Info("prune done", attrs...)
 	}
+}
+
+// releaseUntil is when a run started at now stops starting CNI DELs: before
+// the next scheduled run, by a tenth of the time to it (at most a minute),
+// which leaves the run time to finish its DELs and its scan. A paced drain
+// then goes on run after run, each picking up where the last stopped (the
+// files released are gone), and the runs never overlap.
+func releaseUntil(sched cron.Schedule, now time.Time) time.Time {
+	next := sched.Next(now)
+	return next.Add(-min(next.Sub(now)/10, time.Minute))
 }
 
 // summaryAttrs are the log attributes of a prune's summary. Counts by phase

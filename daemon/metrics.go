@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sys/unix"
 
+	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/internal/version"
 	"github.com/sweep-k8s/sweep/prune"
 )
@@ -80,7 +83,17 @@ type metrics struct {
 	clockSteps prometheus.Counter
 	clockFwd   prometheus.Counter
 	proven     prometheus.Gauge
+	delSeconds *prometheus.HistogramVec
+	// delLabels are the plugin and IPAM types seen so far, up to
+	// maxDELLabels: the types come from the cache files, which must not
+	// grow the series without bound.
+	delMu     sync.Mutex
+	delLabels map[[2]string]struct{}
 }
+
+// maxDELLabels bounds the plugin and IPAM pairs of
+// sweep_cni_del_duration_seconds; further pairs are counted as "other".
+const maxDELLabels = 16
 
 // metricsConfig is the configuration that the info metric reports: what
 // changes the meaning of the other series (a dry run removes nothing).
@@ -184,6 +197,12 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 			Name: "sweep_prune_consecutive_failures",
 			Help: "Prune runs in a row, up to the last one, that failed (as counted by sweep_prune_failures_total); 0 after a success. Skipped runs neither count nor reset it.",
 		}),
+		delSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sweep_cni_del_duration_seconds",
+			Help:    "Duration of the CNI DELs run before removing results files (--cni-del), by the type of the network's first plugin and of its IPAM as the cached config names them (at most 16 pairs, then other); the count is the DELs run, failed ones included.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12), // 5 ms to about 10 s, the default plugin timeout
+		}, []string{"plugin", "ipam"}),
+		delLabels: map[[2]string]struct{}{},
 		cacheFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_multus_cache_files",
 			Help: "Files in the cache directories after the last prune run, by cache (multus, runtime) and directory (results, scratch).",
@@ -258,7 +277,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	m.registry.MustRegister(
 		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.runs, m.failures, m.fileErrors,
 		m.skipped,
-		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
+		m.lastSuccess, m.duration, m.delSeconds, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
 		buildInfo, configInfo, newFilesystemCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -324,6 +343,34 @@ func cachesOf(sum *prune.Summary) []*prune.CacheSummary {
 	}
 	return []*prune.CacheSummary{{Name: prune.CacheMultus, Dir: sum.Dir, Scanned: sum.Scanned, Removed: sum.Removed,
 		RemovedBy: sum.RemovedBy, Kept: sum.Kept, Vanished: sum.Vanished, Errors: sum.Errors}}
+}
+
+// observeDEL records one CNI DEL as it ends, so that a long drain shows its
+// pace while it runs.
+func (m *metrics) observeDEL(o cnidel.Observed) {
+	key := [2]string{delLabel(o.Plugin), delLabel(o.IPAM)}
+	m.delMu.Lock()
+	if _, ok := m.delLabels[key]; !ok {
+		if len(m.delLabels) < maxDELLabels {
+			m.delLabels[key] = struct{}{}
+		} else {
+			key = [2]string{"other", "other"}
+		}
+	}
+	m.delMu.Unlock()
+	m.delSeconds.WithLabelValues(key[0], key[1]).Observe(o.Duration.Seconds())
+}
+
+// delLabel is a plugin type as a label value: "none" for a network without
+// IPAM, "other" for what no plugin would be named.
+func delLabel(typ string) string {
+	switch {
+	case typ == "":
+		return "none"
+	case len(typ) > 64 || !utf8.ValidString(typ):
+		return "other"
+	}
+	return typ
 }
 
 // failed records a failed run.

@@ -1,6 +1,7 @@
 package prune
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,20 @@ type Options struct {
 	// kept (ReasonCNIDelDeferred) for a later run. A dry run counts against
 	// it too, so that it reports what a real run would do.
 	MaxReleases int
+	// ReleaseRate, when set, paces the Release calls: each waits for it
+	// before it starts. The caller keeps one across runs, so that a drain
+	// spread over several runs keeps one pace.
+	ReleaseRate Limiter
+	// ReleaseConcurrency is how many Release calls run at once; default 1.
+	// Never two run for one sandbox. A run with Release has at least this
+	// many workers, as each waits for its own DEL.
+	ReleaseConcurrency int
+	// ReleaseUntil, when set, is when the run stops starting Release calls:
+	// the results files that still need one are kept (ReasonCNIDelDeferred)
+	// for a later run, and the run finishes its scan. The daemon sets it
+	// before its next scheduled run, so that a paced drain spreads over runs
+	// that never overlap and each run's summary counts what is left.
+	ReleaseUntil time.Time
 	// Sandboxes, when set, is the container runtime's view of the node's
 	// sandboxes: sandbox liveness, alone (Run's pod index nil) or with the
 	// pod index (both must agree before a removal).
@@ -122,6 +137,18 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.ProgressInterval <= 0 {
 		opts.ProgressInterval = DefaultProgressInterval
 	}
+	if opts.ReleaseConcurrency <= 0 {
+		opts.ReleaseConcurrency = 1
+	}
+	paceCtx := ctx
+	if opts.Release != nil && !opts.DryRun {
+		opts.Workers = max(opts.Workers, opts.ReleaseConcurrency)
+		if !opts.ReleaseUntil.IsZero() {
+			var cancel context.CancelFunc
+			paceCtx, cancel = context.WithDeadline(ctx, opts.ReleaseUntil)
+			defer cancel()
+		}
+	}
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
 	if opts.Clock != nil {
@@ -135,7 +162,9 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		idx:  idx,
 		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
 			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
-		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
+		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
+		paceCtx: paceCtx,
+		slots:   make(chan struct{}, opts.ReleaseConcurrency),
 	}
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
@@ -220,6 +249,13 @@ type executor struct {
 	delsAttempted, delsSucceeded, delsFailed atomic.Int64
 	// onFile serializes the calls of Options.OnFile.
 	onFile sync.Mutex
+	// paceCtx ends at Options.ReleaseUntil: no Release starts after it.
+	paceCtx context.Context
+	// slots holds one token per Release in progress
+	// (Options.ReleaseConcurrency).
+	slots chan struct{}
+	// sandboxes keeps two Release calls of one sandbox from overlapping.
+	sandboxes sandboxLocks
 }
 
 // maxRemovalLogs is how many removals a real run logs at info level, each
@@ -247,6 +283,44 @@ func (e *executor) warnFile(msg string, args ...any) {
 func (e *executor) reserveRelease() bool {
 	n := e.releases.Add(1)
 	return e.opts.MaxReleases <= 0 || n <= int64(e.opts.MaxReleases)
+}
+
+// pace waits until the results file being handled may have its Release:
+// its sandbox free, a concurrency slot and the rate's permission. false when
+// it may not in this run (the cap is reached, Options.ReleaseUntil passed or
+// the run ended): the file is then deferred. done gives back what pace took.
+func (w *worker) pace() (done func(), ok bool) {
+	e := w.e
+	if e.opts.MaxReleases > 0 && e.releases.Load() >= int64(e.opts.MaxReleases) {
+		return nil, false // no wait for a DEL that would not run
+	}
+	ctx := e.paceCtx
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	id := cmp.Or(w.sandbox, w.name)
+	if err := e.sandboxes.lock(ctx, id); err != nil {
+		return nil, false
+	}
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		e.sandboxes.unlock(id)
+		return nil, false
+	}
+	done = func() {
+		<-e.slots
+		e.sandboxes.unlock(id)
+	}
+	// Waited for last, holding the slot: the rate then counts DELs as they
+	// start, not workers queueing for a slot.
+	if e.opts.ReleaseRate != nil {
+		if err := e.opts.ReleaseRate.Wait(ctx); err != nil {
+			done()
+			return nil, false
+		}
+	}
+	return done, true
 }
 
 // synced reports whether every liveness view in use is synced.
@@ -401,15 +475,24 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 			}
 		})
 	}
+	// Results files go one by one to the workers when they may need a DEL:
+	// a DEL takes milliseconds to seconds, and a batch held by one worker
+	// would run its DELs one after the other whatever the concurrency.
+	chunk := 256
+	if phase == PhaseResults && e.opts.Release != nil && !e.opts.DryRun {
+		chunk = 1
+	}
 	var readErr error
 	for ctx.Err() == nil && !e.stop.Load() {
 		ents, err := dir.ReadDir(256)
-		if len(ents) > 0 {
-			batch := make([]item, len(ents))
-			for i, de := range ents {
+		for len(ents) > 0 {
+			n := min(chunk, len(ents))
+			batch := make([]item, n)
+			for i, de := range ents[:n] {
 				batch[i] = item{de.Name(), de.Type()}
 			}
 			batches <- batch
+			ents = ents[n:]
 		}
 		if err == io.EOF {
 			break
@@ -447,9 +530,12 @@ type worker struct {
 	planner Planner
 	buf     []byte
 	// raw is the content of the results file being handled, a slice of buf.
-	raw        []byte
-	counts     counts
-	referenced map[SandboxID]struct{}
+	raw []byte
+	// name and sandbox are the results file being handled and its
+	// sandbox, for the Release's pacing.
+	name, sandbox string
+	counts        counts
+	referenced    map[SandboxID]struct{}
 	// pending are results files that wait for a witness (Planner.Witnessed);
 	// current holds the UIDs of live pods that have a results file of a
 	// sandbox not from an earlier boot: that witness.
@@ -503,6 +589,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		w.current[re.Cache.PodUID] = struct{}{}
 	}
 	if d.Remove {
+		w.name, w.sandbox = name, re.Cache.ContainerID
 		d = w.remove(dirfd, name, st, d)
 	}
 	if d.Reason == reasonVanished {
@@ -679,6 +766,15 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 			w.counts.cniDel.Attempted++ // would run
 		}
 		return d
+	}
+	if release {
+		// Before the re-check: the wait for a slot and the rate may be
+		// long, and the re-check must be as late as it can.
+		done, ok := w.pace()
+		if !ok {
+			return keep(ReasonCNIDelDeferred)
+		}
+		defer done()
 	}
 	var now unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)

@@ -28,6 +28,18 @@ type pruneFlags struct {
 	cniDelTimeout time.Duration
 }
 
+// The defaults of --cni-del-rate and --cni-del-concurrency, from the
+// measurements in docs/measurements.md: a backlog of 200,000 DELs drains in
+// under six hours, and the ADDs of new pods on a bridge + host-local network
+// stay within the noise of idle. Two at once, so that one slow plugin
+// (Whereabouts waits for its Lease; a hung one for the timeout) does not
+// hold the rate back. Whereabouts' ADDs feel any concurrent DEL in their
+// p99 whatever the rate (docs/cni-del.md).
+const (
+	defaultCNIDelRate        = 10
+	defaultCNIDelConcurrency = 2
+)
+
 // daemonFlags maps the fields of daemon.Config to the flags of `prune` and
 // `daemon`, for flagError.
 func daemonFlags() map[string]string {
@@ -35,6 +47,7 @@ func daemonFlags() map[string]string {
 		"NodeName": "node-name", "Prune.MinAge": "min-age", "Schedule": "schedule", "Liveness": "liveness",
 		"RebootAware": "reboot-aware", "ExpectRuntime": "expect-runtime", "CRIEndpoint": "cri-endpoint", "CRITimeout": "cri-timeout",
 		"Prune.MaxReleases": "cni-del-max", "CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
+		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency",
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
@@ -74,7 +87,9 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 	fs.BoolVar(&p.cniDel, "cni-del", false, "run CNI DEL for a stale results file's attachment before removing it, releasing its IP; a file whose DEL fails is kept for the next run")
 	fs.StringVar(&p.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI plugin directories for --cni-del, separated by colons like CNI_PATH")
 	positiveDurationVar(fs, &p.cniDelTimeout, "cni-del-timeout", cnidel.DefaultTimeout, "with --cni-del, the limit of each plugin call; a plugin still running then is killed")
-	fs.IntVar(&o.MaxReleases, "cni-del-max", 1000, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit)")
+	fs.Float64Var(&c.CNIDelRate, "cni-del-rate", defaultCNIDelRate, "with --cni-del, the most DELs started per second, evenly spaced (0: no limit); the daemon stops starting them shortly before its next scheduled run, which goes on with the rest")
+	fs.IntVar(&o.ReleaseConcurrency, "cni-del-concurrency", defaultCNIDelConcurrency, "with --cni-del, the most DELs running at once; never two for one sandbox")
+	fs.IntVar(&o.MaxReleases, "cni-del-max", 0, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit; --cni-del-rate paces them)")
 	addFlagGroup(cmd, "CNI DEL flags", fs)
 	return p
 }
@@ -92,7 +107,8 @@ func (p *pruneFlags) config(e *env) daemon.Config {
 		c.RebootAware = c.StateDir != ""
 	}
 	if p.cniDel {
-		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout}
+		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout,
+			Parallel: max(c.Prune.ReleaseConcurrency, 1)}
 	}
 	return c
 }

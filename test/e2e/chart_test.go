@@ -34,7 +34,7 @@ const (
 	chartNamespace = "sweep-system"
 )
 
-func tool(t *testing.T, name string) string {
+func tool(t testing.TB, name string) string {
 	t.Helper()
 	path, err := controlplane.Binary(name)
 	if err != nil {
@@ -45,7 +45,7 @@ func tool(t *testing.T, name string) string {
 
 // runTool runs a command and returns its stdout; it fails the test, with
 // stderr, when the command fails.
-func runTool(t *testing.T, stdin io.Reader, name string, args ...string) string {
+func runTool(t testing.TB, stdin io.Reader, name string, args ...string) string {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(name, args...)
@@ -365,7 +365,7 @@ func TestChartRender(t *testing.T) {
 			}
 		}
 		// CNI DEL replay (issue 10): its flags, and what the plugins need.
-		for _, want := range []string{"--cni-del", "--cni-bin-dir=/opt/cni/bin", "--cni-del-timeout=5s", "--cni-del-max=200"} {
+		for _, want := range []string{"--cni-del", "--cni-bin-dir=/opt/cni/bin", "--cni-del-timeout=5s", "--cni-del-rate=2.5", "--cni-del-concurrency=3", "--cni-del-max=200"} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("daemon args %v lack %s", c.Args, want)
 			}

@@ -46,7 +46,7 @@ func ip(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func randHex(t *testing.T, n int) string {
+func randHex(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {

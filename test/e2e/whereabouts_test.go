@@ -32,7 +32,7 @@ var (
 
 // whereaboutsCRDs returns the CRD manifests that ship in the Whereabouts
 // module the harness builds the plugin from.
-func whereaboutsCRDs(t *testing.T) []string {
+func whereaboutsCRDs(t testing.TB) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/whereabouts")
 	cmd.Dir = filepath.Join("../..", "hack", "tools", "whereabouts")

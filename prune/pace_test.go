@@ -1,0 +1,230 @@
+package prune_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+)
+
+// staleSandboxes writes n sandboxes of deleted pods, two results files
+// each, and returns the cache directory.
+func staleSandboxes(t *testing.T, n int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	for i := range n {
+		name := fmt.Sprintf("gone-%d", i)
+		pod := multuscache.Pod{Namespace: "default", Name: name, UID: multuscache.UID(name)}
+		if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments(), old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// permits is a Limiter that lets n calls through, then refuses as a rate
+// limiter does when the next permission would come after the deadline.
+type permits struct {
+	left  atomic.Int64
+	calls atomic.Int64
+}
+
+func (p *permits) Wait(context.Context) error {
+	p.calls.Add(1)
+	if p.left.Add(-1) < 0 {
+		return errors.New("would exceed the deadline")
+	}
+	return nil
+}
+
+// countingReleaser counts Release calls, the most in progress at once
+// overall and for any one sandbox; each call waits for gate, if set.
+type countingReleaser struct {
+	gate    func(inFlight int)
+	mu      sync.Mutex
+	calls   int
+	now     int
+	maxNow  int
+	sandbox map[string]int
+	maxSame int
+}
+
+func (r *countingReleaser) Release(_ context.Context, name string, _ []byte) error {
+	id, _ := prune.SandboxIDFromResultsName(name)
+	r.mu.Lock()
+	if r.sandbox == nil {
+		r.sandbox = map[string]int{}
+	}
+	r.calls++
+	r.now++
+	r.maxNow = max(r.maxNow, r.now)
+	r.sandbox[id.String()]++
+	r.maxSame = max(r.maxSame, r.sandbox[id.String()])
+	n := r.now
+	r.mu.Unlock()
+	if r.gate != nil {
+		r.gate(n)
+	}
+	r.mu.Lock()
+	r.now--
+	r.sandbox[id.String()]--
+	r.mu.Unlock()
+	return nil
+}
+
+func resultsLeft(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "results"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestReleasePacing: the rate is asked before every DEL, and the files it
+// (or the deadline, or the cap) refuses are kept as deferred, counted, and
+// left for the next run.
+func TestReleasePacing(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		permits     int64
+		max         int
+		until       time.Time
+		limiter     prune.Limiter // overrides permits
+		wantDels    int
+		wantWaitsLE int64 // Wait calls at most: none for files the cap or deadline refused
+	}{
+		{name: "every DEL waits for the rate", permits: 100, wantDels: 10, wantWaitsLE: 10},
+		{name: "refused by the rate: deferred", permits: 3, wantDels: 3, wantWaitsLE: 10},
+		{name: "cap before the rate", permits: 100, max: 4, wantDels: 4, wantWaitsLE: 4},
+		{name: "deadline passed: nothing waits", permits: 100, until: time.Now().Add(-time.Second), wantDels: 0, wantWaitsLE: 0},
+		{
+			// x/time/rate refuses at once a wait that would end after the
+			// deadline: one burst token, then an hour per DEL.
+			name: "real limiter, deadline before the next token", limiter: rate.NewLimiter(rate.Every(time.Hour), 1),
+			until: time.Now().Add(time.Hour / 2), wantDels: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := staleSandboxes(t, 5)
+			p := &permits{}
+			p.left.Store(tc.permits)
+			var lim prune.Limiter = p
+			if tc.limiter != nil {
+				lim = tc.limiter
+			}
+			rel := &countingReleaser{}
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseRate: lim, ReleaseConcurrency: 2,
+				MaxReleases: tc.max, ReleaseUntil: tc.until,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel.calls != tc.wantDels || sum.CNIDel.Attempted != tc.wantDels {
+				t.Errorf("%d Release calls, %d attempted; want %d", rel.calls, sum.CNIDel.Attempted, tc.wantDels)
+			}
+			if tc.limiter == nil && p.calls.Load() > tc.wantWaitsLE {
+				t.Errorf("%d waits for the rate, want at most %d", p.calls.Load(), tc.wantWaitsLE)
+			}
+			if tc.limiter == nil && p.calls.Load() < int64(tc.wantDels) {
+				t.Errorf("%d waits for the rate for %d DELs", p.calls.Load(), tc.wantDels)
+			}
+			if got := sum.Kept[prune.ReasonCNIDelDeferred]; got < 10-tc.wantDels {
+				// Scratch files of deferred sandboxes are kept as
+				// referenced; the results files themselves as deferred.
+				t.Errorf("kept %d as %s, want %d (all: %v)", got, prune.ReasonCNIDelDeferred, 10-tc.wantDels, sum.Kept)
+			}
+			if got := resultsLeft(t, dir); got != 10-tc.wantDels {
+				t.Errorf("%d results files left, want %d", got, 10-tc.wantDels)
+			}
+		})
+	}
+}
+
+// TestReleaseConcurrency: at most ReleaseConcurrency DELs at once, and that
+// many do run at once; never two for one sandbox.
+func TestReleaseConcurrency(t *testing.T) {
+	for _, conc := range []int{1, 3} {
+		t.Run(fmt.Sprint(conc), func(t *testing.T) {
+			dir := staleSandboxes(t, 8)
+			reached := make(chan struct{})
+			var once sync.Once
+			rel := &countingReleaser{gate: func(n int) {
+				if n >= conc {
+					once.Do(func() { close(reached) })
+				}
+				// Each DEL lasts until conc run at once, so that a bound
+				// lower than conc shows; the deadline only ends a broken run.
+				select {
+				case <-reached:
+				case <-time.After(10 * time.Second):
+				}
+			}}
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseConcurrency: conc, Workers: 1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.CNIDel.Succeeded != 16 {
+				t.Errorf("%d DELs succeeded, want 16", sum.CNIDel.Succeeded)
+			}
+			if rel.maxNow != conc {
+				t.Errorf("at most %d DELs at once, want %d", rel.maxNow, conc)
+			}
+			if rel.maxSame != 1 {
+				t.Errorf("%d DELs at once for one sandbox", rel.maxSame)
+			}
+		})
+	}
+}
+
+// blockingLimiter blocks until ctx ends, and says when it was first asked.
+type blockingLimiter struct {
+	asked chan struct{}
+	once  sync.Once
+}
+
+func (b *blockingLimiter) Wait(ctx context.Context) error {
+	b.once.Do(func() { close(b.asked) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestReleaseCancelled: a run cancelled while DELs wait for the rate stops,
+// runs no DEL and removes no results file.
+func TestReleaseCancelled(t *testing.T) {
+	dir := staleSandboxes(t, 4)
+	lim := &blockingLimiter{asked: make(chan struct{})}
+	rel := &countingReleaser{}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		<-lim.asked
+		cancel()
+	}()
+	sum, err := prune.Run(ctx, prune.NewPodSet(nil), prune.Options{
+		Dir: dir, MinAge: time.Minute, Release: rel, ReleaseRate: lim, ReleaseConcurrency: 2,
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("run ended with %v, want context.Canceled", err)
+	}
+	if rel.calls != 0 || sum.CNIDel.Attempted != 0 {
+		t.Errorf("%d DELs ran after the cancel", rel.calls)
+	}
+	if got := resultsLeft(t, dir); got != 8 {
+		t.Errorf("%d results files left, want 8", got)
+	}
+}
