@@ -49,7 +49,7 @@ func TestCNIDelDrainAcrossRuns(t *testing.T) {
 	}
 	const succeeded = `sweep_prune_cni_dels_total{result="succeeded"}`
 	d.waitMetric(t, succeeded, stale)
-	d.waitMetric(t, `sweep_prune_kept_files{reason="cni-del-deferred"}`, 0)
+	d.waitMetric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-deferred"}`, 0)
 	if ents, err := os.ReadDir(filepath.Join(multus, "results")); err != nil || len(ents) != 1 {
 		t.Errorf("results files left: %d (%v), want the live pod's", len(ents), err)
 	}
