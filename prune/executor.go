@@ -24,6 +24,11 @@ var ErrNotSynced = errors.New("liveness view not synced")
 // ErrNoLiveness means Run was given neither a pod index nor a sandbox index.
 var ErrNoLiveness = errors.New("no liveness view: need pods, sandboxes or both")
 
+// ErrReservationsNeedRuntime means Run was asked to release host-local
+// reservations without the container runtime's view: a reservation names a
+// container, which only the runtime can say is gone.
+var ErrReservationsNeedRuntime = errors.New("releasing host-local reservations needs sandbox liveness from the container runtime")
+
 // DefaultMaxFileSize bounds what is read of a results file. Real ones are one
 // to a few KiB; anything bigger is not a cache file and is kept unread.
 const DefaultMaxFileSize = 256 << 10
@@ -82,6 +87,15 @@ type Options struct {
 	// ProgressInterval is how often a run with Release logs the CNI DELs
 	// so far, so that a long run is seen to progress; default 30s.
 	ProgressInterval time.Duration
+	// HostLocalDirs are host-local data directories (its dataDir,
+	// /var/lib/cni/networks by default) whose orphaned reservations a run
+	// that completed releases (ReasonOrphanedReservation): those of
+	// sandboxes the runtime does not know that no cache file left names.
+	// Needs Sandboxes.
+	HostLocalDirs []string
+	// HostLocalLockWait bounds the wait for host-local's lock of a network
+	// before a release; default DefaultLockWait.
+	HostLocalLockWait time.Duration
 }
 
 // DefaultProgressInterval is the default of Options.ProgressInterval.
@@ -116,6 +130,9 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.ProgressInterval <= 0 {
 		opts.ProgressInterval = DefaultProgressInterval
 	}
+	if opts.HostLocalLockWait <= 0 {
+		opts.HostLocalLockWait = DefaultLockWait
+	}
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
 	if opts.Clock != nil {
@@ -136,6 +153,12 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if idx == nil && opts.Sandboxes == nil {
 		return sum, ErrNoLiveness
 	}
+	if len(opts.HostLocalDirs) > 0 {
+		if opts.Sandboxes == nil {
+			return sum, ErrReservationsNeedRuntime
+		}
+		sum.Reservations = &ReservationCounts{Dirs: opts.HostLocalDirs, Kept: map[Reason]int{}}
+	}
 	var err error
 	if opts.Release != nil && !opts.DryRun {
 		stop := e.logProgress(ctx, start)
@@ -143,6 +166,11 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		stop()
 	} else {
 		err = e.run(ctx, sum)
+	}
+	if err == nil && sum.Reservations != nil {
+		// Only after a complete prune: the cache files it left are then
+		// all known, and its views were fresh to the end.
+		err = e.releaseReservations(ctx, sum, e.named(sum))
 	}
 	sum.Duration = time.Since(start)
 	if n := e.fileWarnings.Load(); n > maxFileWarnings {
@@ -211,6 +239,22 @@ type executor struct {
 	delsAttempted, delsSucceeded, delsFailed atomic.Int64
 	// onFile serializes the calls of Options.OnFile.
 	onFile sync.Mutex
+	// scratchLeft holds the sandboxes of the scratch files the run left
+	// (or in a dry run would leave), for the reservations' phase.
+	scratchLeft map[SandboxID]struct{}
+}
+
+// named returns the sandboxes that the cache files left after the run name:
+// the results files' (by name and containerId) and the scratch files'.
+func (e *executor) named(sum *Summary) map[SandboxID]struct{} {
+	known := make(map[SandboxID]struct{}, len(sum.kept)+len(e.scratchLeft))
+	for id := range sum.kept {
+		known[id] = struct{}{}
+	}
+	for id := range e.scratchLeft {
+		known[id] = struct{}{}
+	}
+	return known
 }
 
 // maxRemovalLogs is how many removals a real run logs at info level, each
@@ -281,9 +325,16 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		// complete, for the boot record.
 		sum.kept = referenced
 	}
+	e.scratchLeft = map[SandboxID]struct{}{}
 	return e.phase(ctx, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
-	}, nil)
+	}, func(ws []*worker) {
+		for _, w := range ws {
+			for id := range w.left {
+				e.scratchLeft[id] = struct{}{}
+			}
+		}
+	})
 }
 
 // results runs phase 1 and returns the sandboxes that the results files left
@@ -415,6 +466,8 @@ type worker struct {
 	// sandbox not from an earlier boot: that witness.
 	pending []string
 	current map[string]struct{}
+	// left holds the sandboxes of the scratch files kept (phase 2).
+	left map[SandboxID]struct{}
 }
 
 func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
@@ -423,6 +476,8 @@ func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
 		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
 		w.current = map[string]struct{}{}
+	} else {
+		w.left = map[SandboxID]struct{}{}
 	}
 	return w
 }
@@ -600,6 +655,9 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	if d.Reason == reasonVanished {
 		w.counts.vanished[PhaseScratch]++
 		return
+	}
+	if !d.Remove {
+		w.left[id] = struct{}{}
 	}
 	w.record(f, d)
 }
