@@ -33,6 +33,13 @@ func TestValidateFields(t *testing.T) {
 		}, "Uninstall"},
 		{"uninstall's own field", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c", Timeout: -1} }, "Uninstall.Timeout"},
 		{"uninstall gets the node name", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c"} }, ""},
+		{"host-local release with api liveness", func(c *Config) { c.Prune.HostLocalDirs = []string{"/var/lib/cni/networks"} }, "Prune.HostLocalDirs"},
+		{"host-local release with both", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs = LivenessBoth, []string{"/var/lib/cni/networks"}
+		}, ""},
+		{"host-local release of a relative directory", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs = LivenessBoth, []string{"networks"}
+		}, "Prune.HostLocalDirs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

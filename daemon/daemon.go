@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,18 @@ func (c Config) Validate() error {
 			return fieldError("CRITimeout", "must not be negative")
 		}
 	}
+	if len(c.Prune.HostLocalDirs) > 0 {
+		if !c.Liveness.Runtime() {
+			// A reservation names a container and no pod: only the runtime
+			// can say it is gone.
+			return fieldError("Prune.HostLocalDirs", "releasing host-local reservations needs sandbox liveness from the container runtime: --liveness=cri or both")
+		}
+		for _, dir := range c.Prune.HostLocalDirs {
+			if !filepath.IsAbs(dir) {
+				return fieldError("Prune.HostLocalDirs", "%q is not an absolute path", dir)
+			}
+		}
+	}
 	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {
 		// Any runtime that answers would do otherwise, and one that lists
 		// none of the kubelet's sandboxes condemns every file.
@@ -335,6 +348,7 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
 		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
+		hostLocal: len(cfg.Prune.HostLocalDirs) > 0,
 	})
 	if d.cfg.RebootAware {
 		d.boot = d.loadBoot()
@@ -790,6 +804,14 @@ func summaryAttrs(sum *prune.Summary) []any {
 		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
 	} else if c != nil {
 		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
+	}
+	if r := sum.Reservations; r != nil {
+		released := "released"
+		if sum.DryRun {
+			released = "would_release"
+		}
+		attrs = append(attrs, slog.Group("host_local", "scanned", r.Scanned, released, r.Released,
+			reasonGroup("kept", r.Kept), "vanished", r.Vanished, "errors", r.Errors))
 	}
 	if !sum.AgesTrustedFrom.IsZero() {
 		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)

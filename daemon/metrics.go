@@ -50,6 +50,16 @@ func removedReasons() []prune.Reason {
 	}
 }
 
+// reservationKeptReasons lists every reason a host-local reservation can be
+// kept (--release-host-local-dir).
+func reservationKeptReasons() []prune.Reason {
+	return []prune.Reason{
+		prune.ReasonSandboxLive, prune.ReasonCacheNamed, prune.ReasonTooYoung, prune.ReasonClockUnsettled,
+		prune.ReasonNewerThanView, prune.ReasonNoIdentity, prune.ReasonNotReservation, prune.ReasonNotRegular,
+		prune.ReasonChanged, prune.ReasonLockBusy, prune.ReasonViewStale, prune.ReasonError,
+	}
+}
+
 // metrics are the daemon's metrics, on a registry of its own so that tests
 // and several daemons in one process never collide.
 type metrics struct {
@@ -77,6 +87,10 @@ type metrics struct {
 	clockSteps  prometheus.Counter
 	clockFwd    prometheus.Counter
 	proven      prometheus.Gauge
+	// The host-local reservations' series; nil unless they are released.
+	hlReleases *prometheus.CounterVec
+	hlKept     *prometheus.GaugeVec
+	hlStale    prometheus.Gauge
 }
 
 // metricsConfig is the configuration that the info metric reports: what
@@ -84,6 +98,8 @@ type metrics struct {
 type metricsConfig struct {
 	dryRun, cniDel, rebootAware bool
 	liveness                    Liveness
+	// hostLocal: host-local reservations are released, and counted.
+	hostLocal bool
 }
 
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
@@ -193,6 +209,25 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	if withRuntime {
 		m.registry.MustRegister(m.sandboxes)
 	}
+	if cfg.hostLocal {
+		m.hlReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_host_local_releases_total",
+			Help: "host-local reservations released (--release-host-local-dir), by reason (orphaned-reservation).",
+		}, []string{"reason"})
+		m.hlKept = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_host_local_kept_reservations",
+			Help: "Entries of host-local's network directories the last complete run kept, by reason.",
+		}, []string{"reason"})
+		m.hlStale = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_host_local_stale_reservations",
+			Help: "host-local reservations the last complete run found orphaned: released, or in a dry run the ones a real run would release.",
+		})
+		m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation))
+		for _, r := range reservationKeptReasons() {
+			m.hlKept.WithLabelValues(string(r))
+		}
+		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
+	}
 	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
 		m.removed.WithLabelValues(string(p))
 		m.cacheFiles.WithLabelValues(string(p))
@@ -255,6 +290,9 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		for _, r := range removedReasons() {
 			m.removedBy.WithLabelValues(string(r)).Add(float64(sum.RemovedBy[r]))
 		}
+		if r := sum.Reservations; r != nil && m.hlReleases != nil {
+			m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))
+		}
 	}
 	m.lastRun.SetToCurrentTime()
 	if err != nil {
@@ -273,6 +311,12 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 	}
 	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
 		m.cacheFiles.WithLabelValues(string(p)).Set(float64(sum.Remaining(p)))
+	}
+	if r := sum.Reservations; r != nil && m.hlKept != nil {
+		for _, reason := range reservationKeptReasons() {
+			m.hlKept.WithLabelValues(string(reason)).Set(float64(r.Kept[reason]))
+		}
+		m.hlStale.Set(float64(r.Released))
 	}
 	if sum.Errors > 0 {
 		m.failed()

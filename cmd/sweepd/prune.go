@@ -38,7 +38,7 @@ func daemonFlags() map[string]string {
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
-		"Uninstall.Self": "cluster-role-name",
+		"Uninstall.Self": "cluster-role-name", "Prune.HostLocalDirs": "release-host-local-dir",
 	}
 }
 
@@ -75,6 +75,10 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 	positiveDurationVar(fs, &p.cniDelTimeout, "cni-del-timeout", cnidel.DefaultTimeout, "with --cni-del, the limit of each plugin call; a plugin still running then is killed")
 	fs.IntVar(&o.MaxReleases, "cni-del-max", 1000, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit)")
 	addFlagGroup(cmd, "CNI DEL flags", fs)
+
+	fs = newFlagSet()
+	fs.StringSliceVar(&o.HostLocalDirs, "release-host-local-dir", nil, "host-local data directories (its dataDir, /var/lib/cni/networks by default; repeat or separate by commas) whose reservations to release when the container runtime does not know their sandbox, no cache file names it and they are older than --min-age; needs --liveness=cri or both")
+	addFlagGroup(cmd, "host-local flags", fs)
 	return p
 }
 
