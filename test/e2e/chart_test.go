@@ -272,6 +272,46 @@ func TestChartRender(t *testing.T) {
 		}
 	})
 
+	// host-local reservations (issue 28): the flag per directory, each
+	// mounted read-write once, and refused without the runtime's view.
+	t.Run("hostLocalRelease", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true",
+			"--set", "hostLocalRelease.dataDirs={/var/lib/cni/networks,/run/cni/networks}"))
+		spec, c := daemonPod(t, objs, "rel-sweep")
+		for _, dir := range []string{"/var/lib/cni/networks", "/run/cni/networks"} {
+			if !slices.Contains(c.Args, "--release-host-local-dir="+dir) {
+				t.Errorf("daemon args %v lack --release-host-local-dir=%s", c.Args, dir)
+			}
+			if !hasHostPathMount(spec, dir, dir, false) {
+				t.Errorf("no read-write hostPath %s", dir)
+			}
+		}
+		// With cniDel the default data directory is its hostPath already:
+		// mounted once.
+		objs = decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "hostLocalRelease.enabled=true",
+			"--set", "cniDel.enabled=true"))
+		_, c = daemonPod(t, objs, "rel-sweep")
+		n := 0
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/var/lib/cni/networks" {
+				n++
+			}
+		}
+		if n != 1 || !slices.Contains(c.Args, "--release-host-local-dir=/var/lib/cni/networks") {
+			t.Errorf("%d mounts of /var/lib/cni/networks, args %v", n, c.Args)
+		}
+		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "hostLocalRelease.enabled=true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "set daemon.liveness to cri or both") {
+			t.Errorf("hostLocalRelease with api liveness rendered: %v\n%s", err, out)
+		}
+		// Off by default: no flag.
+		_, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both")), "rel-sweep")
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--release-host-local-dir") }) {
+			t.Errorf("args %v without hostLocalRelease.enabled", c.Args)
+		}
+	})
+
 	// As sweepd refuses them: a minimum age that no longer covers a CNI ADD,
 	// a schedule that prunes every second.
 	t.Run("short intervals are refused unless allowed", func(t *testing.T) {
