@@ -268,3 +268,63 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestDaemonReleasesHostLocal runs the daemon with --release-host-local-dir
+// and --liveness=cri against the fake runtime, with reservations as
+// host-local writes them: it releases the orphan on its schedule, counts it,
+// keeps the live sandbox's, and releases nothing while the runtime hangs.
+func TestDaemonReleasesHostLocal(t *testing.T) {
+	rt := fakecri.Start(t)
+	multusDir := filepath.Join(t.TempDir(), "multus")
+	if err := os.MkdirAll(filepath.Join(multusDir, "results"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	netDir := filepath.Join(dataDir, "net1")
+	if err := os.Mkdir(netDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	reserve := func(ip, id string) string {
+		t.Helper()
+		p := filepath.Join(netDir, ip)
+		if err := os.WriteFile(p, []byte(id+"\r\nnet1"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	live := randHex(t, 32)
+	rt.SetSandboxes(live)
+	liveRes, orphan := reserve("10.9.0.2", live), reserve("10.9.0.3", randHex(t, 32))
+
+	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint,
+		"--cri-timeout=1s", "--multus-dir="+multusDir, "--schedule=@every 1s", "--release-host-local-dir="+dataDir)
+	framework.Eventually(t, 15*time.Second, "orphan released", func() bool { return !framework.Exists(orphan) })
+	d.waitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 1)
+	d.waitMetric(t, `sweep_host_local_kept_reservations{reason="sandbox-live"}`, 1)
+	if !framework.Exists(liveRes) {
+		t.Fatal("the live sandbox's reservation released")
+	}
+	_, body := d.get("/metrics")
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	rt.SetHang(true)
+	another := reserve("10.9.0.4", randHex(t, 32))
+	skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
+	framework.Eventually(t, 20*time.Second, "two skipped runs", func() bool {
+		return d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
+	})
+	if !framework.Exists(another) {
+		t.Fatal("released while the runtime hangs")
+	}
+	rt.SetHang(false)
+	framework.Eventually(t, 20*time.Second, "released once the runtime answers", func() bool { return !framework.Exists(another) })
+	d.waitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 2)
+}
