@@ -171,12 +171,14 @@ type ReservationCounts struct {
 // left name.
 func (e *executor) releaseReservations(ctx context.Context, sum *Summary, known map[SandboxID]struct{}) error {
 	rc := sum.Reservations
+	// Counted in the run's errors however the phase ends, so that a run
+	// that failed on a reservation fails.
+	defer func() { sum.Errors += rc.Errors }()
 	for _, dir := range e.opts.HostLocalDirs {
 		if err := e.dataDir(ctx, dir, rc, known); err != nil {
 			return err
 		}
 	}
-	sum.Errors += rc.Errors
 	return e.stopped(ctx)
 }
 
