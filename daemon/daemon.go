@@ -348,7 +348,8 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
 		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
-		hostLocal: len(cfg.Prune.HostLocalDirs) > 0,
+		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
+		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
 	if d.cfg.RebootAware {
 		d.boot = d.loadBoot()
@@ -561,7 +562,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.cycle(ctx) })
 	}
 	c.Start()
-	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "dry_run", d.cfg.Prune.DryRun,
+	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "runtime_cache_dir", d.cfg.Prune.RuntimeDir,
+		"dry_run", d.cfg.Prune.DryRun,
 		"cni_del", d.cfg.Prune.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
 
 	select {
@@ -815,6 +817,14 @@ func summaryAttrs(sum *prune.Summary) []any {
 	}
 	if !sum.AgesTrustedFrom.IsZero() {
 		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)
+	}
+	// The counts above are the run's; each cache but multus's, the first
+	// and usually the only one, adds its own.
+	for _, c := range sum.Caches {
+		if c.Name != prune.CacheMultus {
+			attrs = append(attrs, slog.Group(string(c.Name)+"_cache", "scanned", c.Scanned[prune.PhaseResults],
+				removed, c.Removed[prune.PhaseResults], "errors", c.Errors, "disk_bytes", c.DiskBytes))
+		}
 	}
 	return attrs
 }

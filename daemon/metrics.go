@@ -82,11 +82,14 @@ type metrics struct {
 	lastRunOK   prometheus.Gauge
 	failStreak  prometheus.Gauge
 	cacheFiles  *prometheus.GaugeVec
-	pods        prometheus.GaugeFunc
-	viewFresh   prometheus.GaugeFunc
-	clockSteps  prometheus.Counter
-	clockFwd    prometheus.Counter
-	proven      prometheus.Gauge
+	cacheBytes  *prometheus.GaugeVec
+	// caches are the cache directories the runs prune, multus's first.
+	caches     []prune.CacheName
+	pods       prometheus.GaugeFunc
+	viewFresh  prometheus.GaugeFunc
+	clockSteps prometheus.Counter
+	clockFwd   prometheus.Counter
+	proven     prometheus.Gauge
 	// The host-local reservations' series; nil unless they are released.
 	hlReleases *prometheus.CounterVec
 	hlKept     *prometheus.GaugeVec
@@ -100,6 +103,18 @@ type metricsConfig struct {
 	liveness                    Liveness
 	// hostLocal: host-local reservations are released, and counted.
 	hostLocal bool
+	// runtimeCache: the runtime's own cache is pruned too, and has series
+	// of its own (cache="runtime").
+	runtimeCache bool
+}
+
+// phases returns the phases of a cache's files: the runtime's cache has
+// results files only.
+func phases(c prune.CacheName) []prune.Phase {
+	if c == prune.CacheRuntime {
+		return []prune.Phase{prune.PhaseResults}
+	}
+	return []prune.Phase{prune.PhaseResults, prune.PhaseScratch}
 }
 
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
@@ -110,16 +125,16 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		registry: prometheus.NewRegistry(),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_removed_files_total",
-			Help: "Cache files removed by the prune, by phase (results, scratch).",
-		}, []string{"phase"}),
+			Help: "Cache files removed by the prune, by cache directory (multus, runtime) and phase (results, scratch).",
+		}, []string{"cache", "phase"}),
 		cniDels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_cni_dels_total",
 			Help: "CNI DELs run before removing results files (--cni-del), by result (succeeded, failed); attempted is their sum. A failed DEL keeps its file for the next run.",
 		}, []string{"result"}),
 		removedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_removals_total",
-			Help: "Cache files removed by the prune (the same removals as sweep_prune_removed_files_total), by reason (pod-gone, pod-name-gone, orphan-scratch, sandbox-gone, earlier-boot).",
-		}, []string{"reason"}),
+			Help: "Cache files removed by the prune (the same removals as sweep_prune_removed_files_total), by cache directory (multus, runtime) and reason (pod-gone, pod-name-gone, orphan-scratch, sandbox-gone, earlier-boot).",
+		}, []string{"cache", "reason"}),
 		bootErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_boot_record_errors_total",
 			Help: "Failures to read the boot ID or the boot record, or to write the record; reboot-aware staleness then knows fewer sandboxes, never more.",
@@ -167,12 +182,12 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		}),
 		kept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_prune_kept_files",
-			Help: "Files the last prune run kept, by reason.",
-		}, []string{"reason"}),
+			Help: "Files the last prune run kept, by cache directory (multus, runtime) and reason.",
+		}, []string{"cache", "reason"}),
 		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_prune_stale_files",
-			Help: "Files the last complete prune run found stale, by reason: removed, or in a dry run the ones a real run would remove.",
-		}, []string{"reason"}),
+			Help: "Files the last complete prune run found stale, by cache directory (multus, runtime) and reason: removed, or in a dry run the ones a real run would remove.",
+		}, []string{"cache", "reason"}),
 		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_prune_last_run_timestamp_seconds",
 			Help: "Unix time of the end of the last prune run, successful or not (0 until one); skipped runs do not count.",
@@ -187,8 +202,16 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		}),
 		cacheFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_multus_cache_files",
-			Help: "Files in the multus cache after the last prune run, by directory (results, scratch).",
-		}, []string{"dir"}),
+			Help: "Files in the cache directories after the last prune run, by cache (multus, runtime) and directory (results, scratch).",
+		}, []string{"cache", "dir"}),
+		cacheBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_cache_disk_bytes",
+			Help: "Disk space (allocated blocks) of the results and scratch files in the cache directories after the last prune run, by cache (multus, runtime).",
+		}, []string{"cache"}),
+		caches: []prune.CacheName{prune.CacheMultus},
+	}
+	if cfg.runtimeCache {
+		m.caches = append(m.caches, prune.CacheRuntime)
 	}
 	if view != nil {
 		m.pods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -228,22 +251,25 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 		}
 		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
 	}
-	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
-		m.removed.WithLabelValues(string(p))
-		m.cacheFiles.WithLabelValues(string(p))
-	}
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
 	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable, skipNodeUnproven, skipRuntimeUnproven} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, r := range keptReasons() {
-		m.kept.WithLabelValues(string(r))
-	}
-	for _, r := range removedReasons() {
-		m.removedBy.WithLabelValues(string(r))
-		m.stale.WithLabelValues(string(r))
+	for _, c := range m.caches {
+		for _, p := range phases(c) {
+			m.removed.WithLabelValues(string(c), string(p))
+			m.cacheFiles.WithLabelValues(string(c), string(p))
+		}
+		m.cacheBytes.WithLabelValues(string(c))
+		for _, r := range keptReasons() {
+			m.kept.WithLabelValues(string(c), string(r))
+		}
+		for _, r := range removedReasons() {
+			m.removedBy.WithLabelValues(string(c), string(r))
+			m.stale.WithLabelValues(string(c), string(r))
+		}
 	}
 	liveness := cfg.liveness
 	if liveness == "" {
@@ -267,8 +293,8 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	m.registry.MustRegister(
 		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.runs, m.failures, m.fileErrors,
 		m.skipped,
-		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles,
-		buildInfo, configInfo, newInodeCollector(cacheDir),
+		m.lastSuccess, m.duration, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
+		buildInfo, configInfo, newFilesystemCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -279,16 +305,19 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 func (m *metrics) observe(sum *prune.Summary, err error) {
 	m.duration.Observe(sum.Duration.Seconds())
 	m.fileErrors.Add(float64(sum.Errors))
+	caches := cachesOf(sum)
 	if !sum.DryRun {
-		for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
-			m.removed.WithLabelValues(string(p)).Add(float64(sum.Removed[p]))
+		for _, c := range caches {
+			for _, p := range phases(c.Name) {
+				m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
+			}
+			for _, r := range removedReasons() {
+				m.removedBy.WithLabelValues(string(c.Name), string(r)).Add(float64(c.RemovedBy[r]))
+			}
 		}
 		if c := sum.CNIDel; c != nil {
 			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
 			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
-		}
-		for _, r := range removedReasons() {
-			m.removedBy.WithLabelValues(string(r)).Add(float64(sum.RemovedBy[r]))
 		}
 		if r := sum.Reservations; r != nil && m.hlReleases != nil {
 			m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))
@@ -301,16 +330,20 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		m.failed()
 		return
 	}
-	for _, r := range keptReasons() {
-		m.kept.WithLabelValues(string(r)).Set(float64(sum.Kept[r]))
-	}
-	// RemovedBy counts would-be removals in a dry run: what a dry run is
-	// for, so these are set in both.
-	for _, r := range removedReasons() {
-		m.stale.WithLabelValues(string(r)).Set(float64(sum.RemovedBy[r]))
-	}
-	for _, p := range []prune.Phase{prune.PhaseResults, prune.PhaseScratch} {
-		m.cacheFiles.WithLabelValues(string(p)).Set(float64(sum.Remaining(p)))
+	for _, c := range caches {
+		name := string(c.Name)
+		for _, r := range keptReasons() {
+			m.kept.WithLabelValues(name, string(r)).Set(float64(c.Kept[r]))
+		}
+		// RemovedBy counts would-be removals in a dry run: what a dry run
+		// is for, so these are set in both.
+		for _, r := range removedReasons() {
+			m.stale.WithLabelValues(name, string(r)).Set(float64(c.RemovedBy[r]))
+		}
+		for _, p := range phases(c.Name) {
+			m.cacheFiles.WithLabelValues(name, string(p)).Set(float64(c.Remaining(p, sum.DryRun)))
+		}
+		m.cacheBytes.WithLabelValues(name).Set(float64(c.DiskBytes))
 	}
 	if r := sum.Reservations; r != nil && m.hlKept != nil {
 		for _, reason := range reservationKeptReasons() {
@@ -327,6 +360,16 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 	m.failStreak.Set(0)
 }
 
+// cachesOf returns a run's counts by cache; a summary without them (made
+// by hand) counts as multus's alone.
+func cachesOf(sum *prune.Summary) []*prune.CacheSummary {
+	if len(sum.Caches) > 0 {
+		return sum.Caches
+	}
+	return []*prune.CacheSummary{{Name: prune.CacheMultus, Dir: sum.Dir, Scanned: sum.Scanned, Removed: sum.Removed,
+		RemovedBy: sum.RemovedBy, Kept: sum.Kept, Vanished: sum.Vanished, Errors: sum.Errors}}
+}
+
 // failed records a failed run.
 func (m *metrics) failed() {
 	m.failures.Inc()
@@ -334,31 +377,39 @@ func (m *metrics) failed() {
 	m.failStreak.Inc()
 }
 
-// inodeCollector reports the inodes of the filesystem that holds the cache at
-// scrape time: running out of them is the failure the prune exists to prevent.
-type inodeCollector struct {
-	dir         string
-	free, total *prometheus.Desc
+// filesystemCollector reports the inodes and bytes of the filesystem that
+// holds the cache at scrape time, from one statfs: running out of inodes is
+// the failure the prune exists to prevent.
+type filesystemCollector struct {
+	dir                               string
+	free, total, freeBytes, sizeBytes *prometheus.Desc
 }
 
-func newInodeCollector(dir string) *inodeCollector {
-	return &inodeCollector{
+func newFilesystemCollector(dir string) *filesystemCollector {
+	return &filesystemCollector{
 		dir: dir,
-		// Named as node_exporter's node_filesystem_files{,_free}, so that
-		// node-mixin's queries and alerts carry over.
+		// Named as node_exporter's node_filesystem_files{,_free} and
+		// node_filesystem_{free,size}_bytes, so that node-mixin's queries
+		// and alerts carry over.
 		free: prometheus.NewDesc("sweep_multus_filesystem_files_free",
 			"Free inodes (file nodes) of the filesystem holding the multus cache.", nil, nil),
 		total: prometheus.NewDesc("sweep_multus_filesystem_files",
 			"Total inodes (file nodes) of the filesystem holding the multus cache.", nil, nil),
+		freeBytes: prometheus.NewDesc("sweep_multus_filesystem_free_bytes",
+			"Free bytes of the filesystem holding the multus cache, those reserved for root included (CNI plugins write as root).", nil, nil),
+		sizeBytes: prometheus.NewDesc("sweep_multus_filesystem_size_bytes",
+			"Size in bytes of the filesystem holding the multus cache.", nil, nil),
 	}
 }
 
-func (c *inodeCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *filesystemCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.free
 	ch <- c.total
+	ch <- c.freeBytes
+	ch <- c.sizeBytes
 }
 
-func (c *inodeCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *filesystemCollector) Collect(ch chan<- prometheus.Metric) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(c.dir, &st); err != nil {
 		// A missing cache directory must not fail the whole scrape; the
@@ -367,6 +418,14 @@ func (c *inodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(st.Ffree))
 	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(st.Files))
+	// Blocks are counted in units of the fragment size, which is the block
+	// size on the filesystems a node has (statfs(2)).
+	unit := float64(st.Frsize)
+	if unit == 0 {
+		unit = float64(st.Bsize)
+	}
+	ch <- prometheus.MustNewConstMetric(c.freeBytes, prometheus.GaugeValue, float64(st.Bfree)*unit)
+	ch <- prometheus.MustNewConstMetric(c.sizeBytes, prometheus.GaugeValue, float64(st.Blocks)*unit)
 }
 
 func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {

@@ -49,7 +49,7 @@ func TestMetricsObserve(t *testing.T) {
 			name: "no run yet",
 			want: map[string]float64{
 				"sweep_prune_last_run_success": 0, "sweep_prune_consecutive_failures": 0,
-				"sweep_prune_last_run_timestamp_seconds": 0, `sweep_prune_stale_files{reason="pod-gone"}`: 0,
+				"sweep_prune_last_run_timestamp_seconds": 0, `sweep_prune_stale_files{cache="multus",reason="pod-gone"}`: 0,
 			},
 		},
 		{
@@ -57,9 +57,9 @@ func TestMetricsObserve(t *testing.T) {
 			dryRun: true,
 			runs:   []run{{summary(true, 10, 0, map[prune.Reason]int{prune.ReasonPodGone: 3, prune.ReasonEarlierBoot: 1}), nil}},
 			want: map[string]float64{
-				`sweep_prune_stale_files{reason="pod-gone"}`: 3, `sweep_prune_stale_files{reason="earlier-boot"}`: 1,
-				`sweep_prune_stale_files{reason="sandbox-gone"}`: 0, `sweep_prune_removals_total{reason="pod-gone"}`: 0,
-				`sweep_prune_removed_files_total{phase="results"}`: 0, `sweep_multus_cache_files{dir="results"}`: 10,
+				`sweep_prune_stale_files{cache="multus",reason="pod-gone"}`: 3, `sweep_prune_stale_files{cache="multus",reason="earlier-boot"}`: 1,
+				`sweep_prune_stale_files{cache="multus",reason="sandbox-gone"}`: 0, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 0,
+				`sweep_prune_removed_files_total{cache="multus",phase="results"}`: 0, `sweep_multus_cache_files{cache="multus",dir="results"}`: 10,
 				"sweep_prune_last_run_success": 1, "sweep_prune_consecutive_failures": 0,
 				`sweep_config_info{cni_del="false",dry_run="true",liveness="api",reboot_aware="false"}`: 1,
 			},
@@ -68,8 +68,8 @@ func TestMetricsObserve(t *testing.T) {
 			name: "real run: stale files are the removed ones",
 			runs: []run{{summary(false, 10, 0, map[prune.Reason]int{prune.ReasonPodGone: 3}), nil}},
 			want: map[string]float64{
-				`sweep_prune_stale_files{reason="pod-gone"}`: 3, `sweep_prune_removals_total{reason="pod-gone"}`: 3,
-				`sweep_multus_cache_files{dir="results"}`: 7, "sweep_prune_last_run_success": 1,
+				`sweep_prune_stale_files{cache="multus",reason="pod-gone"}`: 3, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3,
+				`sweep_multus_cache_files{cache="multus",dir="results"}`: 7, "sweep_prune_last_run_success": 1,
 				`sweep_config_info{cni_del="false",dry_run="false",liveness="api",reboot_aware="false"}`: 1,
 			},
 		},
@@ -84,7 +84,7 @@ func TestMetricsObserve(t *testing.T) {
 				"sweep_prune_last_run_success": 0, "sweep_prune_consecutive_failures": 2, "sweep_prune_failures_total": 2,
 				// The interrupted run saw part of the cache: the last
 				// complete run's findings stay.
-				`sweep_prune_stale_files{reason="pod-gone"}`: 1,
+				`sweep_prune_stale_files{cache="multus",reason="pod-gone"}`: 1,
 			},
 		},
 		{
@@ -109,6 +109,9 @@ func TestMetricsObserve(t *testing.T) {
 				} else if v != want {
 					t.Errorf("%s = %v, want %v", series, v, want)
 				}
+			}
+			if got["sweep_multus_filesystem_size_bytes"] <= 0 || got["sweep_multus_filesystem_free_bytes"] > got["sweep_multus_filesystem_size_bytes"] {
+				t.Errorf("filesystem bytes: free %v of %v", got["sweep_multus_filesystem_free_bytes"], got["sweep_multus_filesystem_size_bytes"])
 			}
 			if len(c.runs) > 0 && got["sweep_prune_last_run_timestamp_seconds"] == 0 {
 				t.Error("sweep_prune_last_run_timestamp_seconds not set by a run")
@@ -180,6 +183,64 @@ func TestMetricsReservations(t *testing.T) {
 	}
 }
 
+// TestMetricsPerCache checks that each cache directory is counted apart,
+// with its bytes on disk, and that the runtime cache's series exist only
+// when it is pruned.
+func TestMetricsPerCache(t *testing.T) {
+	cache := func(name prune.CacheName, scanned, removed int, bytes int64) *prune.CacheSummary {
+		return &prune.CacheSummary{Name: name,
+			Scanned: map[prune.Phase]int{prune.PhaseResults: scanned}, Removed: map[prune.Phase]int{prune.PhaseResults: removed},
+			RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: removed}, Kept: map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
+			Vanished: map[prune.Phase]int{}, DiskBytes: bytes}
+	}
+	for _, tc := range []struct {
+		name         string
+		runtimeCache bool
+		caches       []*prune.CacheSummary
+		want         map[string]float64
+		absent       []string
+	}{
+		{
+			name: "multus only", caches: []*prune.CacheSummary{cache(prune.CacheMultus, 10, 3, 28672)},
+			want: map[string]float64{
+				`sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3, `sweep_multus_cache_files{cache="multus",dir="results"}`: 7,
+				`sweep_cache_disk_bytes{cache="multus"}`: 28672, `sweep_prune_kept_files{cache="multus",reason="pod-live"}`: 7,
+			},
+			absent: []string{`sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`, `sweep_cache_disk_bytes{cache="runtime"}`},
+		},
+		{
+			name: "both caches", runtimeCache: true,
+			caches: []*prune.CacheSummary{cache(prune.CacheMultus, 10, 3, 28672), cache(prune.CacheRuntime, 5, 4, 4096)},
+			want: map[string]float64{
+				`sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3, `sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`: 4,
+				`sweep_prune_stale_files{cache="runtime",reason="pod-gone"}`: 4, `sweep_prune_kept_files{cache="runtime",reason="pod-live"}`: 1,
+				`sweep_prune_removed_files_total{cache="runtime",phase="results"}`: 4, `sweep_multus_cache_files{cache="runtime",dir="results"}`: 1,
+				`sweep_cache_disk_bytes{cache="runtime"}`: 4096, `sweep_cache_disk_bytes{cache="multus"}`: 28672,
+			},
+			// The runtime's cache has no scratch files.
+			absent: []string{`sweep_multus_cache_files{cache="runtime",dir="scratch"}`, `sweep_prune_removed_files_total{cache="runtime",phase="scratch"}`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMetrics(t.TempDir(), nil, false, metricsConfig{runtimeCache: tc.runtimeCache})
+			sum := &prune.Summary{Scanned: map[prune.Phase]int{}, Removed: map[prune.Phase]int{}, RemovedBy: map[prune.Reason]int{},
+				Kept: map[prune.Reason]int{}, Caches: tc.caches}
+			m.observe(sum, nil)
+			got := gatherSeries(t, m)
+			for series, want := range tc.want {
+				if v, ok := got[series]; !ok || v != want {
+					t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+				}
+			}
+			for _, series := range tc.absent {
+				if _, ok := got[series]; ok {
+					t.Errorf("series %s present", series)
+				}
+			}
+		})
+	}
+}
+
 // TestMetricsLint runs promtool check metrics (naming, units, help) on
 // every series the daemon registers, with every optional collector on.
 func TestMetricsLint(t *testing.T) {
@@ -187,7 +248,8 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true, hostLocal: true})
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true, runtimeCache: true,
+		hostLocal: true})
 	m.observe(withReservations(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), 1), nil)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(exposition(t, m))
@@ -195,7 +257,8 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 	got := gatherSeries(t, m)
-	for _, name := range []string{"sweep_multus_filesystem_files", "sweep_multus_filesystem_files_free", "sweep_runtime_sandboxes"} {
+	for _, name := range []string{"sweep_multus_filesystem_files", "sweep_multus_filesystem_files_free", "sweep_runtime_sandboxes",
+		"sweep_multus_filesystem_free_bytes", "sweep_multus_filesystem_size_bytes"} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("no series %s", name)
 		}

@@ -33,14 +33,17 @@ func TestSummaryAttrs(t *testing.T) {
 				CNIDel:    &prune.CNIDelCounts{Attempted: 2, Succeeded: 1, Failed: 1},
 				Reservations: &prune.ReservationCounts{Scanned: 3, Released: 1,
 					Kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1}},
+				Caches: []*prune.CacheSummary{{Name: prune.CacheMultus}, {Name: prune.CacheRuntime,
+					Scanned: map[prune.Phase]int{prune.PhaseResults: 1}, Removed: map[prune.Phase]int{prune.PhaseResults: 1}, DiskBytes: 4096}},
 			},
 			want: map[string]any{
 				"dry_run": false, "removed.results": 2.0, "removed.scratch": 1.0, "scanned.other": 1.0,
 				"removed_by.pod-gone": 2.0, "removed_by.orphan-scratch": 1.0, "kept.pod-live": 2.0,
 				"cni_del.attempted": 2.0, "cni_del.failed": 1.0,
 				"host_local.scanned": 3.0, "host_local.released": 1.0, "host_local.kept.cache-named": 1.0,
+				"runtime_cache.scanned": 1.0, "runtime_cache.removed": 1.0, "runtime_cache.disk_bytes": 4096.0,
 			},
-			without: []string{"would_remove", "would_remove_by", "ages_trusted_from"},
+			without: []string{"would_remove", "would_remove_by", "ages_trusted_from", "multus_cache"},
 		},
 		{
 			name: "dry run",
@@ -59,7 +62,7 @@ func TestSummaryAttrs(t *testing.T) {
 				"kept.clock-unsettled": 2.0, "cni_del.would_run": 2.0, "ages_trusted_from": "2026-03-01T14:32:05Z",
 				"host_local.would_release": 1.0,
 			},
-			without: []string{"removed", "removed_by"},
+			without: []string{"removed", "removed_by", "runtime_cache"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

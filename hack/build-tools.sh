@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm,
-# helm-docs, CNI plugins, Whereabouts, containerd v2) from the Go module proxy,
+# helm-docs, CNI plugins, Whereabouts, multus, containerd v2) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|all]   (default: all)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -118,6 +118,15 @@ whereabouts() {
 	build "$tools/whereabouts" github.com/k8snetworkplumbingwg/whereabouts/cmd "$cache/whereabouts-$v" whereabouts
 }
 
+# multus's thin plugin: a test runs its own ADD and DEL to see what they
+# leave behind for a conflist delegate (multus #1449).
+multus() {
+	local v
+	v=$(version "$tools/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus "$cache/multus-$v" multus
+}
+
 # containerd v2 (with its runc shim and ctr), the test node's second runtime
 # beside Debian's containerd 1.6: most clusters run v2. No cgo: the
 # snapshotters that need it are left out by their build tags.
@@ -140,10 +149,11 @@ helm-docs) helm_docs ;;
 lint) lint ;;
 cni) cni ;;
 whereabouts) whereabouts ;;
+multus) multus ;;
 containerd) containerd ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; containerd ;;
-*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|containerd|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd ;;
+*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|all]" >&2; exit 2 ;;
 esac

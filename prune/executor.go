@@ -37,6 +37,12 @@ const DefaultMaxFileSize = 256 << 10
 type Options struct {
 	// Dir is the multus cache directory, /var/lib/cni/multus on a node.
 	Dir string
+	// RuntimeDir, when set, is the container runtime's own libcni cache,
+	// /var/lib/cni/results on a node (containerd, CRI-O): the results files
+	// of the pods' primary network, in the same format as multus's results/
+	// and judged by the same rules, with no scratch files. It is pruned
+	// after Dir. Empty: not pruned.
+	RuntimeDir string
 	// MinAge keeps files younger than this: their ADD may still be running.
 	MinAge time.Duration
 	// DryRun decides and reports but removes nothing.
@@ -146,8 +152,10 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		idx:  idx,
 		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
 			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
-		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
+		debug:       opts.Logger.Enabled(ctx, slog.LevelDebug),
+		scratchLeft: map[SandboxID]struct{}{},
 	}
+	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
 	sum.AgesTrustedFrom = clock.TrustedFrom
 	if idx == nil && opts.Sandboxes == nil {
@@ -223,6 +231,8 @@ type executor struct {
 	idx     PodIndex
 	planner Planner
 	debug   bool
+	// caches are the directories the run prunes, in order.
+	caches []cache
 	// stop is set once a removal found the view unsynced; every worker then
 	// stops before its next file.
 	stop atomic.Bool
@@ -296,11 +306,41 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 	if !e.synced() {
 		return ErrNotSynced
 	}
-	dir, err := openDir(unix.AT_FDCWD, e.opts.Dir)
+	// The sandboxes named by every results file left, of every cache, for
+	// the boot record; nil once a cache's results could not all be read.
+	kept := map[SandboxID]struct{}{}
+	for _, c := range e.caches {
+		sum.startCache(c.name, c.dir)
+		referenced, err := e.runCache(ctx, c, sum)
+		if err != nil {
+			return err
+		}
+		if referenced == nil {
+			kept = nil
+		}
+		if kept != nil {
+			for id := range referenced {
+				kept[id] = struct{}{}
+			}
+		}
+	}
+	sum.kept = kept
+	return nil
+}
+
+// runCache prunes one cache directory and returns the sandboxes its results
+// files left name, or nil when it has no results directory to read.
+func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[SandboxID]struct{}, error) {
+	dir, err := openDir(unix.AT_FDCWD, c.dir)
 	if err != nil {
-		return fmt.Errorf("open cache directory %s: %w", e.opts.Dir, err)
+		return nil, fmt.Errorf("open cache directory %s: %w", c.dir, err)
 	}
 	defer dir.Close()
+	if c.flat {
+		// The runtime's cache is a results directory itself, with no
+		// scratch phase.
+		return e.results(ctx, c, dir, sum)
+	}
 
 	var referenced map[SandboxID]struct{}
 	results, err := openDir(int(dir.Fd()), "results")
@@ -310,42 +350,39 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		// elsewhere, so nothing here says which sandboxes are in use, and
 		// phase 2 keeps every scratch file (referenced stays nil).
 		e.opts.Logger.Warn("no results directory: scratch files are kept (multus before v3.7.2 keeps delegate results elsewhere)",
-			"dir", e.opts.Dir)
+			"dir", c.dir)
 	case err != nil:
 		// A symlink (ELOOP) or a file where results/ should be: without
 		// reading it, phase 2 can't know which sandboxes are referenced.
-		return fmt.Errorf("open %s: %w", filepath.Join(e.opts.Dir, "results"), err)
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(c.dir, "results"), err)
 	default:
-		referenced, err = e.results(ctx, results, sum)
+		referenced, err = e.results(ctx, c, results, sum)
 		results.Close()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		// Phase 1 saw every results file: the sandboxes of those kept are
-		// complete, for the boot record.
-		sum.kept = referenced
 	}
-	e.scratchLeft = map[SandboxID]struct{}{}
-	return e.phase(ctx, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+	err = e.phase(ctx, c, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
 	}, func(ws []*worker) {
 		for _, w := range ws {
-			for id := range w.left {
+			for id := range w.scratchKept {
 				e.scratchLeft[id] = struct{}{}
 			}
 		}
 	})
+	return referenced, err
 }
 
 // results runs phase 1 and returns the sandboxes that the results files left
 // name. Files that wait for a witness (an earlier-boot sandbox of a live pod)
 // are decided after the scan, once it is known which pods have a sandbox of
 // the current boot; they are few, one per live pod at most.
-func (e *executor) results(ctx context.Context, dir *os.File, sum *Summary) (map[SandboxID]struct{}, error) {
+func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summary) (map[SandboxID]struct{}, error) {
 	referenced := map[SandboxID]struct{}{}
 	var pending []string
 	newer := map[string]struct{}{}
-	err := e.phase(ctx, dir, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+	err := e.phase(ctx, c, dir, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.results(fd, name, typ, nil)
 	}, func(ws []*worker) {
 		for _, w := range ws {
@@ -361,7 +398,7 @@ func (e *executor) results(ctx context.Context, dir *os.File, sum *Summary) (map
 	if err != nil || len(pending) == 0 {
 		return referenced, err
 	}
-	w := e.newWorker(ctx, PhaseResults)
+	w := e.newWorker(ctx, c, PhaseResults)
 	for _, name := range pending {
 		if e.stop.Load() || ctx.Err() != nil {
 			break
@@ -384,7 +421,7 @@ func (e *executor) results(ctx context.Context, dir *os.File, sum *Summary) (map
 // phase streams the entries of dir to workers and merges their counts. The
 // directory is read in batches while workers delete, so memory does not grow
 // with the number of files.
-func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Summary,
+func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase, sum *Summary,
 	handle func(w *worker, fd int, name string, typ os.FileMode), merge func([]*worker)) error {
 	type item struct {
 		name string
@@ -394,7 +431,7 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 	workers := make([]*worker, e.opts.Workers)
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := e.newWorker(ctx, phase)
+		w := e.newWorker(ctx, c, phase)
 		workers[i] = w
 		wg.Go(func() {
 			for batch := range batches {
@@ -406,7 +443,7 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 						// Left because the view went stale: say so.
 						w.counts.kept[ReasonViewStale]++
 						if phase == PhaseResults || it.name != "results" {
-							w.report(File{Phase: phase, Name: it.name}, keep(ReasonViewStale))
+							w.report(w.file(phase, it.name), keep(ReasonViewStale))
 						}
 						continue
 					}
@@ -455,8 +492,11 @@ func (e *executor) phase(ctx context.Context, dir *os.File, phase Phase, sum *Su
 type worker struct {
 	e     *executor
 	ctx   context.Context
+	cache cache
 	phase Phase
-	buf   []byte
+	// planner is the executor's, with the rules of the worker's cache.
+	planner Planner
+	buf     []byte
 	// raw is the content of the results file being handled, a slice of buf.
 	raw        []byte
 	counts     counts
@@ -466,18 +506,19 @@ type worker struct {
 	// sandbox not from an earlier boot: that witness.
 	pending []string
 	current map[string]struct{}
-	// left holds the sandboxes of the scratch files kept (phase 2).
-	left map[SandboxID]struct{}
+	// scratchKept holds the sandboxes of the scratch files kept (phase 2).
+	scratchKept map[SandboxID]struct{}
 }
 
-func (e *executor) newWorker(ctx context.Context, phase Phase) *worker {
-	w := &worker{e: e, ctx: ctx, phase: phase, counts: newCounts()}
+func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker {
+	w := &worker{e: e, ctx: ctx, cache: c, phase: phase, planner: e.planner, counts: newCounts()}
+	w.planner.RequirePodUID = c.requirePodUID
 	if phase == PhaseResults {
 		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
 		w.current = map[string]struct{}{}
 	} else {
-		w.left = map[SandboxID]struct{}{}
+		w.scratchKept = map[SandboxID]struct{}{}
 	}
 	return w
 }
@@ -504,7 +545,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		d = keep(ReasonError)
 		w.counts.errors++
 	default:
-		d = w.e.planner.Results(re)
+		d = w.planner.Results(re)
 	}
 	switch {
 	case d.NeedsWitness && newer == nil:
@@ -512,7 +553,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		return
 	case d.NeedsWitness:
 		_, ok := newer[re.Cache.PodUID]
-		d = w.e.planner.Witnessed(re.Entry, ok)
+		d = w.planner.Witnessed(re.Entry, ok)
 	case d.Reason == ReasonPodLive && re.Cache.PodUID != "":
 		w.current[re.Cache.PodUID] = struct{}{}
 	}
@@ -528,7 +569,11 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 			w.referenced[id] = struct{}{}
 		}
 	}
-	f := File{Phase: PhaseResults, Name: name, ModTime: re.ModTime}
+	if err == nil {
+		w.left(st, d)
+	}
+	f := w.file(PhaseResults, name)
+	f.ModTime = re.ModTime
 	if err == nil && re.ParseReason == "" {
 		f.Pod = PodRef{Namespace: re.Cache.PodNamespace, Name: re.Cache.PodName, UID: re.Cache.PodUID}
 		f.Sandbox = re.Cache.ContainerID
@@ -619,13 +664,14 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	if !ok {
 		if name != "results" {
 			w.counts.scanned[PhaseOther]++
-			w.record(File{Phase: PhaseOther, Name: name}, keep(ReasonOtherName))
+			w.record(w.file(PhaseOther, name), keep(ReasonOtherName))
 		}
 		return
 	}
 	w.counts.scanned[PhaseScratch]++
 	// The name is the sandbox's ID: reporting it costs nothing.
-	f := File{Phase: PhaseScratch, Name: name, Sandbox: name}
+	f := w.file(PhaseScratch, name)
+	f.Sandbox = name
 	if !typ.IsRegular() {
 		w.record(f, keep(ReasonNotRegular))
 		return
@@ -647,7 +693,7 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	}
 	e := Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix()), ChangeTime: time.Unix(st.Ctim.Unix())}
 	f.ModTime = e.ModTime
-	d := w.e.planner.Scratch(e, id, referenced)
+	d := w.planner.Scratch(e, id, referenced)
 	if d.Remove {
 		// The lstat just taken is both the plan's and the re-check's.
 		d = w.unlink(dirfd, name, d)
@@ -657,9 +703,24 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 		return
 	}
 	if !d.Remove {
-		w.left[id] = struct{}{}
+		w.scratchKept[id] = struct{}{}
 	}
+	w.left(st, d)
 	w.record(f, d)
+}
+
+// file returns the File of an entry of the worker's cache, for report.
+func (w *worker) file(phase Phase, name string) File {
+	return File{Cache: w.cache.name, CacheDir: w.cache.dir, Phase: phase, Name: name}
+}
+
+// left adds the disk space of a regular file, as the stat the run took
+// anyway saw it, to the cache's bytes on disk when the run leaves the file
+// there: kept, or in a dry run any.
+func (w *worker) left(st unix.Stat_t, d Decision) {
+	if !d.Remove || w.e.opts.DryRun {
+		w.counts.diskBytes += st.Blocks * 512 // st_blocks counts 512-byte units, whatever the block size
+	}
 }
 
 // remove carries out a removal decided on the state st: it re-checks that
@@ -782,7 +843,8 @@ func (w *worker) report(f File, d Decision) {
 		case d.Remove:
 			msg = "removed"
 		}
-		attrs := []slog.Attr{slog.String("phase", string(f.Phase)), slog.String("file", f.Name), slog.String("reason", string(d.Reason))}
+		attrs := []slog.Attr{slog.String("cache", string(f.Cache)), slog.String("phase", string(f.Phase)), slog.String("file", f.Name),
+			slog.String("reason", string(d.Reason))}
 		if pod := f.PodName(); pod != "" {
 			attrs = append(attrs, slog.String("pod", pod))
 		}

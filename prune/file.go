@@ -1,6 +1,9 @@
 package prune
 
-import "time"
+import (
+	"path/filepath"
+	"time"
+)
 
 // PhaseOther is the phase of an entry of the cache directory that is
 // neither a results nor a scratch file ("other" in Summary.Scanned).
@@ -10,6 +13,11 @@ const PhaseOther Phase = "other"
 // receives it: enough to say which file went or stayed, whose it was, and
 // why, without the caller reading it again.
 type File struct {
+	// Cache is the cache directory the entry is in: CacheMultus or
+	// CacheRuntime.
+	Cache CacheName
+	// CacheDir is that directory's path.
+	CacheDir string
 	// Phase is PhaseResults for an entry of results/, PhaseScratch for a
 	// scratch file, PhaseOther for any other entry of the cache directory.
 	Phase Phase
@@ -36,14 +44,24 @@ type File struct {
 	DryRun bool
 }
 
-// RelPath returns the entry's path relative to the cache directory.
+// RelPath returns the entry's path relative to its cache directory.
 // A reservation's (PhaseReservation) is its full path, under its own
 // data directory.
 func (f File) RelPath() string {
-	if f.Phase == PhaseResults {
+	if f.Phase == PhaseResults && f.Cache != CacheRuntime {
 		return "results/" + f.Name
 	}
 	return f.Name
+}
+
+// Path returns the entry's path as outputs show it: relative to the multus
+// directory for an entry of the multus cache, which outputs name once, and
+// whole for an entry of another cache, which lies elsewhere.
+func (f File) Path() string {
+	if f.Cache == CacheRuntime {
+		return filepath.Join(f.CacheDir, f.Name)
+	}
+	return f.RelPath()
 }
 
 // Action names what the run did with the file: "removed", "would-remove"
@@ -69,4 +87,46 @@ func (f File) PodName() string {
 		return f.Pod.Name
 	}
 	return f.Pod.Namespace + "/" + f.Pod.Name
+}
+
+// CacheName names a cache directory that a run prunes. The strings are
+// metric labels (cache).
+type CacheName string
+
+// The caches a run prunes.
+const (
+	// CacheMultus is multus's cache (Options.Dir): results/ and the
+	// scratch files.
+	CacheMultus CacheName = "multus"
+	// CacheRuntime is the container runtime's own libcni cache
+	// (Options.RuntimeDir): results files of the pods' primary network.
+	CacheRuntime CacheName = "runtime"
+)
+
+// cache is one directory of a run, with the rules of its layout.
+type cache struct {
+	name CacheName
+	dir  string
+	// flat: the directory holds the results files itself, and no scratch
+	// files (the runtime's cache); otherwise results/ and scratch files
+	// beside it (multus).
+	flat bool
+	// requirePodUID keeps a file that names no pod UID
+	// (Planner.RequirePodUID).
+	requirePodUID bool
+}
+
+// caches returns the directories of a run, in the order they are pruned.
+// multus's comes first: with --cni-del, multus as the runtime's primary
+// network then finds its own cache already pruned when the runtime's file
+// replays its DEL, and releases nothing twice.
+func (o Options) caches() []cache {
+	cs := []cache{{name: CacheMultus, dir: o.Dir}}
+	if o.RuntimeDir != "" {
+		// The runtime's libcni cache also holds the files of containers
+		// that are no pod's (nerdctl, podman, buildkit with CNI), which
+		// neither view knows: a file must name its pod's UID.
+		cs = append(cs, cache{name: CacheRuntime, dir: o.RuntimeDir, flat: true, requirePodUID: true})
+	}
+	return cs
 }

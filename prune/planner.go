@@ -203,6 +203,14 @@ type Planner struct {
 	NodeName string
 	Now      time.Time
 	MinAge   time.Duration
+	// RequirePodUID keeps a results file that names no pod UID as
+	// ReasonNoIdentity, whatever the liveness: in the runtime's libcni
+	// cache such a file can be a container's that the CRI never lists and
+	// the API server never knew (nerdctl; podman's CNI backend names its
+	// containers as pods, without a UID), whose death neither view proves.
+	// The runtimes name the UID of every pod sandbox (containerd 1.6,
+	// CRI-O).
+	RequirePodUID bool
 	// Clock is what the ClockGuard knows for MinAge: ages are trusted only
 	// once the node has been up for MinAge, and only beyond MinAge plus the
 	// forward steps of the last MinAge. The zero value trusts no age.
@@ -246,6 +254,11 @@ func (p Planner) young(e Entry) Reason {
 func (p Planner) Results(e ResultsEntry) Decision {
 	if e.ParseReason != "" {
 		return keep(e.ParseReason)
+	}
+	if p.RequirePodUID && e.Cache.PodUID == "" {
+		// Before the boot record too: such a container may come back
+		// after a reboot under the same ID.
+		return keep(ReasonNoIdentity)
 	}
 	ids := e.Sandboxes()
 	if p.Sandboxes != nil {

@@ -192,6 +192,16 @@ func TestPlannerLiveness(t *testing.T) {
 		{"boot+both: earlier boot, runtime does not, young", bothBoot, file(young, thickSandbox, thickSandbox, liveUID), keep(ReasonTooYoung)},
 		{"boot+both: earlier boot, pod live, runtime does not know it", bothBoot, file(old, thickSandbox, thickSandbox, liveUID), remove(ReasonEarlierBoot)},
 		{"boot+both: earlier boot, runtime knows it", bothBoot, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
+		// The runtime's cache: a file must name its pod's UID, whatever
+		// the liveness and before the boot record; with one, the rules
+		// are multus's.
+		{"runtime cache, cri: no UID, sandbox gone", withUID(cri), file(old, failedAdd, failedAdd, ""), keep(ReasonNoIdentity)},
+		{"runtime cache, api: no UID, name gone", withUID(api), file(old, failedAdd, failedAdd, ""), keep(ReasonNoIdentity)},
+		{"runtime cache, boot+cri: no UID, earlier boot", withUID(criBoot), file(old, thickSandbox, thickSandbox, ""), keep(ReasonNoIdentity)},
+		{"runtime cache, cri: UID, sandbox gone", withUID(cri), file(old, failedAdd, failedAdd, goneUID), remove(ReasonSandboxGone)},
+		{"runtime cache, both: UID, sandbox known", withUID(both), file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
+		{"runtime cache, api: UID, pod gone, young", withUID(api), file(young, failedAdd, failedAdd, goneUID), keep(ReasonTooYoung)},
+		{"runtime cache, unparseable", withUID(api), ResultsEntry{Entry: Entry{ModTime: old}, ParseReason: ReasonUnparseable}, keep(ReasonUnparseable)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,6 +210,12 @@ func TestPlannerLiveness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withUID is p as it plans the runtime's cache.
+func withUID(p Planner) Planner {
+	p.RequirePodUID = true
+	return p
 }
 
 func TestPlannerScratchSandboxLive(t *testing.T) {

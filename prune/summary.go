@@ -19,6 +19,8 @@ type counts struct {
 	vanished  map[Phase]int
 	errors    int
 	cniDel    CNIDelCounts
+	// diskBytes is the disk space of the regular files left (File.left).
+	diskBytes int64
 }
 
 func newCounts() counts {
@@ -52,6 +54,10 @@ type Summary struct {
 	// clock-unsettled, because the node booted or its clock was set forward
 	// within the minimum age. Zero when it held nothing back.
 	AgesTrustedFrom time.Time `json:"agesTrustedFrom,omitzero"`
+	// Caches counts the same by cache directory, in the order the run
+	// pruned them (CacheMultus first); a cache the run did not reach is
+	// not in it.
+	Caches []*CacheSummary `json:"caches,omitempty"`
 	// Reservations is what the run did with host-local's reservations; nil
 	// unless it was asked to release them (Options.HostLocalDirs).
 	Reservations *ReservationCounts `json:"reservations,omitempty"`
@@ -60,6 +66,33 @@ type Summary struct {
 	// kept holds the sandboxes named by the results files left after a run
 	// that read all of them; nil otherwise.
 	kept map[SandboxID]struct{}
+}
+
+// CacheSummary is what one run did in one cache directory: Summary's
+// counts of its files.
+type CacheSummary struct {
+	Name      CacheName      `json:"name"`
+	Dir       string         `json:"dir"`
+	Scanned   map[Phase]int  `json:"scanned"`
+	Removed   map[Phase]int  `json:"removed"`
+	RemovedBy map[Reason]int `json:"removedBy"`
+	Kept      map[Reason]int `json:"kept"`
+	Vanished  map[Phase]int  `json:"vanished"`
+	Errors    int            `json:"errors"`
+	// DiskBytes is the disk space (allocated blocks) of the results and
+	// scratch files left in the directory after the run (in a dry run,
+	// all of them), as the run's own stat of each saw it. Entries it did
+	// not stat (not regular, unreadable) are not in it.
+	DiskBytes int64 `json:"diskBytes"`
+}
+
+// Remaining returns how many files of a phase are left in the cache after
+// the run.
+func (c *CacheSummary) Remaining(p Phase, dryRun bool) int {
+	if dryRun {
+		return c.Scanned[p] - c.Vanished[p]
+	}
+	return c.Scanned[p] - c.Removed[p] - c.Vanished[p]
 }
 
 // CNIDelCounts counts the CNI DELs of a run. Attempted is Succeeded plus
@@ -81,28 +114,59 @@ func newSummary(dir string, dryRun, cniDel bool) *Summary {
 	return s
 }
 
+// startCache starts the counts of a cache directory: add counts into it
+// from then on.
+func (s *Summary) startCache(name CacheName, dir string) {
+	c := newCounts()
+	s.Caches = append(s.Caches, &CacheSummary{Name: name, Dir: dir, Scanned: c.scanned, Removed: c.removed,
+		RemovedBy: c.removedBy, Kept: c.kept, Vanished: c.vanished})
+}
+
+// add adds a worker's counts to the totals and to those of the cache it
+// worked in, the last one started.
 func (s *Summary) add(c *counts) {
-	for k, v := range c.scanned {
-		s.Scanned[k] += v
-	}
-	for k, v := range c.removed {
-		s.Removed[k] += v
-	}
-	for k, v := range c.removedBy {
-		s.RemovedBy[k] += v
-	}
-	for k, v := range c.kept {
-		s.Kept[k] += v
-	}
-	for k, v := range c.vanished {
-		s.Vanished[k] += v
-	}
+	addCounts(s.Scanned, s.Removed, s.RemovedBy, s.Kept, s.Vanished, c)
 	s.Errors += c.errors
+	if n := len(s.Caches); n > 0 {
+		cs := s.Caches[n-1]
+		addCounts(cs.Scanned, cs.Removed, cs.RemovedBy, cs.Kept, cs.Vanished, c)
+		cs.Errors += c.errors
+		cs.DiskBytes += c.diskBytes
+	}
 	if s.CNIDel != nil {
 		s.CNIDel.Attempted += c.cniDel.Attempted
 		s.CNIDel.Succeeded += c.cniDel.Succeeded
 		s.CNIDel.Failed += c.cniDel.Failed
 	}
+}
+
+func addCounts(scanned, removed map[Phase]int, removedBy, kept map[Reason]int, vanished map[Phase]int, c *counts) {
+	for k, v := range c.scanned {
+		scanned[k] += v
+	}
+	for k, v := range c.removed {
+		removed[k] += v
+	}
+	for k, v := range c.removedBy {
+		removedBy[k] += v
+	}
+	for k, v := range c.kept {
+		kept[k] += v
+	}
+	for k, v := range c.vanished {
+		vanished[k] += v
+	}
+}
+
+// Cache returns the counts of the cache name, or nil when the run did not
+// reach it.
+func (s *Summary) Cache(name CacheName) *CacheSummary {
+	for _, c := range s.Caches {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
 }
 
 // KeptSandboxes returns the sandboxes that the results files kept by the run
@@ -146,11 +210,27 @@ func (s *Summary) WriteTextResult(w io.Writer, runErr error) error {
 			outcome = fmt.Sprintf("%d errors; %s", s.Errors, outcome)
 		}
 	}
+	// The first line is multus's cache and the run's outcome; each other
+	// cache has a line of its own, the counts by reason below are the
+	// run's.
+	scanned, removed := s.Scanned, s.Removed
+	if c := s.Cache(CacheMultus); c != nil && len(s.Caches) > 1 {
+		scanned, removed = c.Scanned, c.Removed
+	}
 	_, err := fmt.Fprintf(w, "%s: scanned %d results, %d scratch, %d other; %s %d results, %d scratch; %s; %.3fs\n",
-		s.Dir, s.Scanned[PhaseResults], s.Scanned[PhaseScratch], s.Scanned["other"],
-		verb, s.Removed[PhaseResults], s.Removed[PhaseScratch], outcome, s.Duration.Seconds())
+		s.Dir, scanned[PhaseResults], scanned[PhaseScratch], scanned[PhaseOther],
+		verb, removed[PhaseResults], removed[PhaseScratch], outcome, s.Duration.Seconds())
 	if err != nil {
 		return err
+	}
+	for _, c := range s.Caches {
+		if c.Name == CacheMultus {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "  %s cache %s: scanned %d results; %s %d results\n",
+			c.Name, c.Dir, c.Scanned[PhaseResults], verb, c.Removed[PhaseResults]); err != nil {
+			return err
+		}
 	}
 	if !s.AgesTrustedFrom.IsZero() {
 		// The zone too: the reader may be in another one than the node.

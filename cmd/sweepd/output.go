@@ -176,9 +176,9 @@ func newTableRow(f prune.File, wide bool) tableRow {
 	}
 	pod, uid := orNone(f.PodName()), orNone(f.Pod.UID)
 	if wide {
-		r.cells = strings.Join([]string{f.RelPath(), string(f.Phase), pod, uid, orNone(f.Sandbox), f.Action(), string(f.Reason)}, "\t")
+		r.cells = strings.Join([]string{f.Path(), string(f.Phase), pod, uid, orNone(f.Sandbox), f.Action(), string(f.Reason)}, "\t")
 	} else {
-		r.cells = strings.Join([]string{f.RelPath(), pod, uid, string(f.Reason)}, "\t")
+		r.cells = strings.Join([]string{f.Path(), pod, uid, string(f.Reason)}, "\t")
 	}
 	return r
 }
@@ -292,7 +292,7 @@ type podRow struct {
 }
 
 func newFileRow(f prune.File) fileRow {
-	r := fileRow{File: f.RelPath(), Phase: string(f.Phase), Action: f.Action(), Reason: string(f.Reason), Sandbox: f.Sandbox}
+	r := fileRow{File: f.Path(), Phase: string(f.Phase), Action: f.Action(), Reason: string(f.Reason), Sandbox: f.Sandbox}
 	if f.Pod != (prune.PodRef{}) {
 		r.Pod = &podRow{f.Pod.Namespace, f.Pod.Name, f.Pod.UID}
 	}

@@ -38,7 +38,7 @@ func daemonFlags() map[string]string {
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
-		"Uninstall.Self": "cluster-role-name", "Prune.HostLocalDirs": "release-host-local-dir",
+		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
 	}
 }
 
@@ -51,6 +51,7 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 	fs := newFlagSet()
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node; default $NODE_NAME")
 	fs.StringVar(&o.Dir, "multus-dir", "/var/lib/cni/multus", "multus cache directory")
+	fs.StringVar(&o.RuntimeDir, "runtime-cache-dir", "", "the container runtime's own CNI cache of the pods' primary network, /var/lib/cni/results with containerd and CRI-O: prune its results files too, after --multus-dir's and by the same rules (a file must also name its pod's UID); empty: not pruned")
 	durationVar(fs, &o.MinAge, "min-age", 15*time.Minute, "keep files younger than this; their CNI ADD may still be running")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and report, remove nothing")
 	fs.IntVar(&o.Workers, "workers", 0, "files handled at once; 0 means one per CPU")
@@ -138,11 +139,16 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		}
 		// A missing cache directory is said at once, not after waiting for
 		// the API server.
-		if fi, err := os.Stat(cfg.Prune.Dir); err != nil || !fi.IsDir() {
-			if err == nil {
-				err = errors.New("not a directory")
+		for _, d := range []struct{ flag, dir string }{{"multus-dir", cfg.Prune.Dir}, {"runtime-cache-dir", cfg.Prune.RuntimeDir}} {
+			if d.dir == "" && d.flag != "multus-dir" {
+				continue
 			}
-			return fail(fmt.Errorf("--multus-dir %s: %w", cfg.Prune.Dir, err))
+			if fi, err := os.Stat(d.dir); err != nil || !fi.IsDir() {
+				if err == nil {
+					err = errors.New("not a directory")
+				}
+				return fail(fmt.Errorf("--%s %s: %w", d.flag, d.dir, err))
+			}
 		}
 		if out.lists() {
 			cfg.Prune.OnFile = out.file

@@ -129,6 +129,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		"uninstall.files[0]=/etc/cni/net.d/x",  // not under /host
 		"uninstall.resources[0].resource=pods", // no version
 		"metrics.port=0",
+		"daemon.runtimeCacheDir=var/lib/cni/results", // not absolute
 	} {
 		cmd := exec.Command(helm, "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", set)
 		out, err := cmd.CombinedOutput()
@@ -239,6 +240,22 @@ func TestChartRender(t *testing.T) {
 		}
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cri-endpoint") }) || hasHostPathMount(spec, "/run/containerd", "/run/containerd", true) {
 			t.Error("CRI socket without cri liveness")
+		}
+		// The runtime's own cache is opt-in.
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--runtime-cache-dir") }) ||
+			slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == "/var/lib/cni/results" }) {
+			t.Error("runtime cache pruned or mounted by default")
+		}
+	})
+
+	t.Run("runtime cache", func(t *testing.T) {
+		spec, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results")), "rel-sweep")
+		if !slices.Contains(c.Args, "--runtime-cache-dir=/var/lib/cni/results") {
+			t.Errorf("daemon args %v lack --runtime-cache-dir", c.Args)
+		}
+		// Read-write: the prune removes its files.
+		if !hasHostPathMount(spec, "/var/lib/cni/results", "/var/lib/cni/results", false) {
+			t.Error("no read-write hostPath /var/lib/cni/results at the same path")
 		}
 	})
 

@@ -249,17 +249,17 @@ func TestDaemonEndToEnd(t *testing.T) {
 			t.Fatalf("promtool check metrics: %v\n%s", err, out)
 		}
 		for _, series := range []string{
-			`sweep_prune_removed_files_total{phase="results"}`, `sweep_prune_removed_files_total{phase="scratch"}`,
-			`sweep_multus_cache_files{dir="results"}`, `sweep_prune_kept_files{reason="pod-live"}`,
+			`sweep_prune_removed_files_total{cache="multus",phase="results"}`, `sweep_prune_removed_files_total{cache="multus",phase="scratch"}`,
+			`sweep_multus_cache_files{cache="multus",dir="results"}`, `sweep_prune_kept_files{cache="multus",reason="pod-live"}`,
 			"sweep_multus_filesystem_files_free", "sweep_multus_filesystem_files", "sweep_prune_last_success_timestamp_seconds",
-			`sweep_prune_stale_files{reason="pod-gone"}`, "sweep_prune_last_run_success", "sweep_prune_consecutive_failures",
+			`sweep_prune_stale_files{cache="multus",reason="pod-gone"}`, "sweep_prune_last_run_success", "sweep_prune_consecutive_failures",
 		} {
 			if d.metric(t, series) < 0 {
 				t.Errorf("series %s missing", series)
 			}
 		}
-		d.waitMetric(t, `sweep_prune_removed_files_total{phase="results"}`, 6)
-		d.waitMetric(t, `sweep_multus_cache_files{dir="results"}`, 2)
+		d.waitMetric(t, `sweep_prune_removed_files_total{cache="multus",phase="results"}`, 6)
+		d.waitMetric(t, `sweep_multus_cache_files{cache="multus",dir="results"}`, 2)
 		if !strings.Contains(body, "sweep_build_info{") || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_resident_memory_bytes") {
 			t.Error("build info, Go or process collector missing")
 		}

@@ -311,9 +311,16 @@ func TestDashboardQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The runtime's own cache too, so that the panels by cache have both.
+	runtimeDir := filepath.Join(t.TempDir(), "results")
+	if _, err := multuscache.RuntimeSandbox(runtimeDir, multuscache.NewSandboxID(),
+		multuscache.Pod{Namespace: "default", Name: "stale", UID: "6f1c2a3e-0000-4000-8000-00000000dead"}, old); err != nil {
+		t.Fatal(err)
+	}
 	// A run every second, so that every rate in the dashboard has runs in
 	// its window.
-	sweepd := startDaemon(t, cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir, "--schedule=@every 1s", "--prune-on-start")
+	sweepd := startDaemon(t, cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir, "--runtime-cache-dir="+runtimeDir,
+		"--schedule=@every 1s", "--prune-on-start")
 	framework.Eventually(t, 30*time.Second, "a prune run", func() bool { return sweepd.metric(t, "sweep_prune_last_run_timestamp_seconds") > 0 })
 	// The node label, as the chart's ServiceMonitor sets it from the pod's
 	// node.

@@ -394,13 +394,13 @@ func TestDaemonCRILiveness(t *testing.T) {
 		if strings.Contains(body, "sweep_pods ") || strings.Contains(body, "sweep_pod_view_fresh") {
 			t.Error("pod series without a pod view")
 		}
-		d.waitMetric(t, `sweep_prune_removals_total{reason="sandbox-gone"}`, 6)
-		d.waitMetric(t, `sweep_prune_removals_total{reason="orphan-scratch"}`, 3)
+		d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="sandbox-gone"}`, 6)
+		d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="orphan-scratch"}`, 3)
 		for series, want := range map[string]float64{
-			`sweep_runtime_sandboxes`:                                1,
-			`sweep_prune_kept_files{reason="sandbox-live"}`:          2,
-			`sweep_boot_record_errors_total`:                         0,
-			`sweep_prune_skipped_runs_total{reason="still-running"}`: -2, // any value
+			`sweep_runtime_sandboxes`:                                      1,
+			`sweep_prune_kept_files{cache="multus",reason="sandbox-live"}`: 2,
+			`sweep_boot_record_errors_total`:                               0,
+			`sweep_prune_skipped_runs_total{reason="still-running"}`:       -2, // any value
 		} {
 			got := d.metric(t, series)
 			if got < 0 || (want >= 0 && got != want) {
@@ -464,7 +464,7 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 		return true
 	})
 	framework.CheckFiles(t, "this boot", afterFiles, true)
-	d.waitMetric(t, `sweep_prune_removals_total{reason="earlier-boot"}`, 3) // 2 results, 1 scratch
+	d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="earlier-boot"}`, 3) // 2 results, 1 scratch
 
 	t.Run("zero API requests per prune cycle", func(t *testing.T) {
 		requests := sweepdRequests(t, cp.AuditLog())

@@ -74,7 +74,7 @@ func TestStaticPodFiles(t *testing.T) {
 		framework.CheckFiles(t, "deleted pod", gone, false)
 		framework.CheckFiles(t, "static pod with its mirror pod", static, true)
 		framework.CheckFiles(t, "static pod without a mirror pod", orphaned, true)
-		d.waitMetric(t, `sweep_prune_kept_files{reason="static-pod"}`, 2)
+		d.waitMetric(t, `sweep_prune_kept_files{cache="multus",reason="static-pod"}`, 2)
 	})
 }
 

@@ -87,7 +87,9 @@ func BenchmarkHundredDaemons(b *testing.B) {
 	b.Logf("%d daemons ready in %s", nodes, time.Since(start))
 	startup := sweepdRequests(b, cp.AuditLog()) - before
 	for n, d := range daemons {
-		framework.Eventually(b, 60*time.Second, "first prune on "+nodeName(n), func() bool { return d.metric(b, `sweep_prune_removed_files_total{phase="results"}`) == 20 })
+		framework.Eventually(b, 60*time.Second, "first prune on "+nodeName(n), func() bool {
+			return d.metric(b, `sweep_prune_removed_files_total{cache="multus",phase="results"}`) == 20
+		})
 		if got := d.metric(b, "sweep_pods"); got != perNode {
 			b.Fatalf("%s holds %v pods, want %d", nodeName(n), got, perNode)
 		}

@@ -147,8 +147,8 @@ uninstall:
 		c.waitRuns(t, pod, 2)
 		framework.CheckFiles(t, "live pod", files["live"], true)
 		framework.CheckFiles(t, "web-0 with its new UID", rebornFiles, true)
-		if got, want := metric(pod, `sweep_prune_removals_total{reason="pod-gone"}`), float64(3*len(multuscache.DefaultAttachments())); got < want {
-			t.Errorf("sweep_prune_removals_total{reason=\"pod-gone\"} = %v, want at least %v", got, want)
+		if got, want := metric(pod, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`), float64(3*len(multuscache.DefaultAttachments())); got < want {
+			t.Errorf(`sweep_prune_removals_total{cache="multus",reason="pod-gone"} = %v, want at least %v`, got, want)
 		}
 	})
 
@@ -184,8 +184,8 @@ uninstall:
 		})
 		c.waitRuns(t, pod, 3)
 		framework.CheckFiles(t, "static pod without its mirror", paths, true)
-		if got := metric(pod, `sweep_prune_kept_files{reason="static-pod"}`); got != float64(len(paths)-1) {
-			t.Errorf(`sweep_prune_kept_files{reason="static-pod"} = %v, want %d`, got, len(paths)-1)
+		if got := metric(pod, `sweep_prune_kept_files{cache="multus",reason="static-pod"}`); got != float64(len(paths)-1) {
+			t.Errorf(`sweep_prune_kept_files{cache="multus",reason="static-pod"} = %v, want %d`, got, len(paths)-1)
 		}
 	})
 

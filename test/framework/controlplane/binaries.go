@@ -22,6 +22,9 @@ const (
 	// WhereaboutsVersion is github.com/k8snetworkplumbingwg/whereabouts, the
 	// IPAM plugin whose reservations live in the API server.
 	WhereaboutsVersion = "v0.9.2"
+	// MultusVersion is gopkg.in/k8snetworkplumbingwg/multus-cni.v4, whose
+	// thin plugin shows what multus's own DEL leaves behind.
+	MultusVersion = "v4.3.0"
 	// ContainerdVersion is github.com/containerd/containerd/v2, the test
 	// node's second runtime (WithContainerd2); the first is Debian's.
 	ContainerdVersion = "v2.4.2"
@@ -45,7 +48,7 @@ func ToolsDir() string {
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs,
-// a CNI plugin (bridge, host-local, loopback, whereabouts), or containerd v2's
+// a CNI plugin (bridge, host-local, loopback, whereabouts, multus), or containerd v2's
 // containerd, containerd-shim-runc-v2 and ctr (not Debian's, which are on
 // PATH). A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
@@ -64,6 +67,8 @@ func Binary(name string) (string, error) {
 		dir = "cni-plugins-" + CNIPluginsVersion
 	case "whereabouts":
 		dir = "whereabouts-" + WhereaboutsVersion
+	case "multus":
+		dir = "multus-" + MultusVersion
 	case "containerd", "containerd-shim-runc-v2", "ctr":
 		dir = "containerd-" + ContainerdVersion
 	default:

@@ -19,6 +19,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"../../../hack/tools/helm-docs/go.mod", "github.com/norwoodj/helm-docs", controlplane.HelmDocsVersion},
 		{"../../../hack/tools/cni/go.mod", "github.com/containernetworking/plugins", controlplane.CNIPluginsVersion},
 		{"../../../hack/tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
+		{"../../../hack/tools/multus/go.mod", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4", controlplane.MultusVersion},
 		{"../../../hack/tools/containerd/go.mod", "github.com/containerd/containerd/v2", controlplane.ContainerdVersion},
 	} {
 		data, err := os.ReadFile(filepath.FromSlash(tc.mod))

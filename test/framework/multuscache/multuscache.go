@@ -181,3 +181,45 @@ func uuid(b []byte) string {
 	h := hex.EncodeToString(b)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
+
+// RuntimeResultsJSON returns the content of a results file of the runtime's
+// own libcni cache (containerd, CRI-O: /var/lib/cni/results), for the pod's
+// primary network: the runtime's CNI args once, and the network's conflist
+// as its config. A pod with no UID gives the args of a container that is no
+// pod's sandbox (podman's CNI backend: namespace and name, no UID).
+func RuntimeResultsJSON(sandbox string, pod Pod, a Attachment) []byte {
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.88.0.0/16"}]]}},{"type":"portmap","capabilities":{"portMappings":true}}]}`, a.Network)
+	netns := "/var/run/netns/cni-" + sandbox[:8] + "-" + sandbox[8:12] + "-" + sandbox[12:16] + "-" + sandbox[16:20] + "-" + sandbox[20:32]
+	args := [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", pod.Namespace}, {"K8S_POD_NAME", pod.Name},
+		{"K8S_POD_INFRA_CONTAINER_ID", sandbox}}
+	if pod.UID != "" {
+		args = append(args, [2]string{"K8S_POD_UID", pod.UID})
+	}
+	cf := cacheFile{
+		Kind: "cniCacheV1", ContainerID: sandbox, Config: base64.StdEncoding.EncodeToString([]byte(conf)),
+		IfName: a.IfName, NetworkName: a.Network, Netns: netns, CNIArgs: args,
+		Result: map[string]any{
+			"cniVersion": "1.0.0", "dns": map[string]any{},
+			"interfaces": []map[string]string{
+				{"mac": "3a:0f:e6:2c:b6:2e", "name": "cni0"},
+				{"mac": "f6:b4:20:5c:74:d0", "name": "veth" + sandbox[:8]},
+				{"mac": "e2:33:bc:9b:fd:56", "name": a.IfName, "sandbox": netns},
+			},
+			"ips": []map[string]any{{"address": a.IP, "gateway": "10.88.0.1", "interface": 2}},
+		},
+	}
+	data, _ := json.Marshal(cf) // cannot fail: plain types
+	return data
+}
+
+// RuntimeSandbox writes the runtime's own cache file of one sandbox's primary
+// network, `<dir>/<network>-<sandbox>-eth0`, with mode 0600 and modification
+// time mtime, and returns its path.
+func RuntimeSandbox(dir, sandbox string, pod Pod, mtime time.Time) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	a := DefaultAttachments()[0]
+	p := filepath.Join(dir, a.Network+"-"+sandbox+"-"+a.IfName)
+	return p, writeFile(p, RuntimeResultsJSON(sandbox, pod, a), mtime)
+}
