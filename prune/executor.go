@@ -152,8 +152,8 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		idx:  idx,
 		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
 			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
-		debug:       opts.Logger.Enabled(ctx, slog.LevelDebug),
-		scratchLeft: map[SandboxID]struct{}{},
+		debug: opts.Logger.Enabled(ctx, slog.LevelDebug),
+		named: map[SandboxID]struct{}{},
 	}
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
@@ -178,7 +178,7 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if err == nil && sum.Reservations != nil {
 		// Only after a complete prune: the cache files it left are then
 		// all known, and its views were fresh to the end.
-		err = e.releaseReservations(ctx, sum, e.named(sum))
+		err = e.releaseReservations(ctx, sum, e.named)
 	}
 	sum.Duration = time.Since(start)
 	if n := e.fileWarnings.Load(); n > maxFileWarnings {
@@ -249,22 +249,15 @@ type executor struct {
 	delsAttempted, delsSucceeded, delsFailed atomic.Int64
 	// onFile serializes the calls of Options.OnFile.
 	onFile sync.Mutex
-	// scratchLeft holds the sandboxes of the scratch files the run left
-	// (or in a dry run would leave), for the reservations' phase.
-	scratchLeft map[SandboxID]struct{}
-}
-
-// named returns the sandboxes that the cache files left after the run name:
-// the results files' (by name and containerId) and the scratch files'.
-func (e *executor) named(sum *Summary) map[SandboxID]struct{} {
-	known := make(map[SandboxID]struct{}, len(sum.kept)+len(e.scratchLeft))
-	for id := range sum.kept {
-		known[id] = struct{}{}
-	}
-	for id := range e.scratchLeft {
-		known[id] = struct{}{}
-	}
-	return known
+	// named holds the sandboxes that the cache files the run left (or in
+	// a dry run would leave) name, in every cache: the results files' of
+	// multus's and the runtime's cache (by name and containerId) and the
+	// scratch files'. The reservations' phase keeps their reservations
+	// (cache-named): a DEL replay of such a file is the better release.
+	// It is not Summary.kept, which is nil when a cache has no results
+	// directory, for the boot record; a reservation must be kept for
+	// every file left, whatever another cache lacks.
+	named map[SandboxID]struct{}
 }
 
 // maxRemovalLogs is how many removals a real run logs at info level, each
@@ -314,6 +307,9 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		referenced, err := e.runCache(ctx, c, sum)
 		if err != nil {
 			return err
+		}
+		for id := range referenced {
+			e.named[id] = struct{}{}
 		}
 		if referenced == nil {
 			kept = nil
@@ -367,7 +363,7 @@ func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[San
 	}, func(ws []*worker) {
 		for _, w := range ws {
 			for id := range w.scratchKept {
-				e.scratchLeft[id] = struct{}{}
+				e.named[id] = struct{}{}
 			}
 		}
 	})

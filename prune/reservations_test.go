@@ -122,6 +122,39 @@ func TestRunReleasesReservations(t *testing.T) {
 		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
 		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 2, prune.ReasonTooYoung: 1},
 	}, {
+		name: "a runtime cache file names its sandbox",
+		// The runtime's own cache (--runtime-cache-dir) is a cache too: its
+		// file of the old sandbox's pod, live in the API server, stays, and
+		// its DEL replay is the release.
+		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+			o.RuntimeDir = runtimeCacheOf(t, rt, rt.old)
+		},
+		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
+		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 2, prune.ReasonTooYoung: 1},
+	}, {
+		name: "a runtime cache file names its sandbox when multus has no results directory",
+		// Without multus's results/ (multus before v3.7.2) the boot record
+		// gets no list of the sandboxes the results name; the reservations
+		// still must know the runtime's files.
+		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+			if err := os.RemoveAll(filepath.Join(rt.multus, "results")); err != nil {
+				t.Fatal(err)
+			}
+			o.RuntimeDir = runtimeCacheOf(t, rt, rt.old)
+		},
+		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
+		// The named sandbox's scratch file stays (no-results-dir) and names it.
+		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 2, prune.ReasonTooYoung: 1},
+	}, {
+		name: "a runtime cache file the prune removes names nothing",
+		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+			o.RuntimeDir = runtimeCacheOf(t, rt, rt.old)
+		},
+		criAlone: true,
+		released: 2,
+		left:     "10.1.0.2 10.1.0.4 last_reserved_ip.0 lock",
+		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonTooYoung: 1},
+	}, {
 		name: "a file the prune removes names nothing",
 		// With the pods' view the named sandbox's files stay; the runtime
 		// alone condemns them, and then its reservation.
@@ -228,6 +261,19 @@ func TestRunReleasesReservations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runtimeCacheOf writes the runtime's own cache (--runtime-cache-dir) with
+// an hour-old file of sandbox's primary network for the pod "web", live in
+// rt.pods, and returns the directory.
+func runtimeCacheOf(t *testing.T, rt *reservationTree, sandbox string) string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(rt.multus), "results")
+	web := multuscache.Pod{Namespace: "default", Name: "web", UID: multuscache.UID("web")}
+	if _, err := multuscache.RuntimeSandbox(dir, sandbox, web, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func equalCounts(got, want map[prune.Reason]int) bool {
