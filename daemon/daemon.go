@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,10 @@ type FieldError = field.Error
 
 func fieldError(name, format string, args ...any) error { return field.Errorf(name, format, args...) }
 
+// networkName is the form of a CNI network's name that libcni accepts
+// (ValidateNetworkName), which host-local names a network's directory by.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
 // Validate checks the configuration without touching anything. An empty
 // Schedule is not checked (a single prune has none). Errors are
 // *FieldError.
@@ -197,6 +202,24 @@ func (c Config) Validate() error {
 			if !filepath.IsAbs(dir) {
 				return fieldError("Prune.HostLocalDirs", "%q is not an absolute path", dir)
 			}
+		}
+		if len(c.Prune.HostLocalNetworks) == 0 {
+			// The runtime lists only the kubelet's sandboxes: in a network
+			// that another CNI user shares, its containers' reservations
+			// would look orphaned. Only the operator knows which networks
+			// are the pods' alone.
+			return fieldError("Prune.HostLocalNetworks", "name the networks whose reservations only Kubernetes' pods hold")
+		}
+	}
+	if len(c.Prune.HostLocalNetworks) > 0 && len(c.Prune.HostLocalDirs) == 0 {
+		return fieldError("Prune.HostLocalNetworks", "has no effect without --release-host-local-dir")
+	}
+	for _, n := range c.Prune.HostLocalNetworks {
+		if !networkName.MatchString(n) {
+			// host-local's directory of a network is named by the network,
+			// which libcni allows only in this form: anything else (a
+			// path, a typo with a slash) can name no network directory.
+			return fieldError("Prune.HostLocalNetworks", "%q is not a CNI network name", n)
 		}
 	}
 	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {

@@ -56,7 +56,7 @@ func reservationKeptReasons() []prune.Reason {
 	return []prune.Reason{
 		prune.ReasonSandboxLive, prune.ReasonCacheNamed, prune.ReasonTooYoung, prune.ReasonClockUnsettled,
 		prune.ReasonNewerThanView, prune.ReasonNoIdentity, prune.ReasonNotReservation, prune.ReasonNotRegular,
-		prune.ReasonChanged, prune.ReasonLockBusy, prune.ReasonViewStale, prune.ReasonError,
+		prune.ReasonChanged, prune.ReasonLockBusy, prune.ReasonNetworkNotAllowed, prune.ReasonViewStale, prune.ReasonError,
 	}
 }
 

@@ -145,7 +145,7 @@ func TestMetricsReservations(t *testing.T) {
 			want: map[string]float64{
 				`sweep_host_local_releases_total{reason="orphaned-reservation"}`: 0, "sweep_host_local_stale_reservations": 2,
 				`sweep_host_local_kept_reservations{reason="sandbox-live"}`: 1, `sweep_host_local_kept_reservations{reason="cache-named"}`: 1,
-				`sweep_host_local_kept_reservations{reason="lock-busy"}`: 0,
+				`sweep_host_local_kept_reservations{reason="lock-busy"}`: 0, `sweep_host_local_kept_reservations{reason="network-not-allowed"}`: 0,
 			},
 		},
 		{

@@ -109,7 +109,7 @@ func BenchmarkReleaseReservations(b *testing.B) {
 		}
 		b.StartTimer()
 		sum, err := prune.Run(b.Context(), nil, prune.Options{Dir: multus, MinAge: time.Minute, Sandboxes: sandboxes,
-			HostLocalDirs: []string{data}})
+			HostLocalDirs: []string{data}, HostLocalNetworks: []string{"net1"}})
 		if err != nil || sum.Reservations.Released != n-live {
 			b.Fatalf("%+v %v", sum.Reservations, err)
 		}

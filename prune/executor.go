@@ -96,9 +96,19 @@ type Options struct {
 	// HostLocalDirs are host-local data directories (its dataDir,
 	// /var/lib/cni/networks by default) whose orphaned reservations a run
 	// that completed releases (ReasonOrphanedReservation): those of
-	// sandboxes the runtime does not know that no cache file left names.
-	// Needs Sandboxes.
+	// sandboxes the runtime does not know that no cache file left names,
+	// in the networks of HostLocalNetworks. Needs Sandboxes and
+	// HostLocalNetworks.
 	HostLocalDirs []string
+	// HostLocalNetworks are the networks (host-local's subdirectories of a
+	// data directory, named by the network) whose reservations may be
+	// released: networks of Kubernetes' pods alone. The runtime lists only
+	// the kubelet's sandboxes, so a container of another CNI user in a
+	// network (nerdctl, podman with CNI) would look orphaned; the entries
+	// of any other network are kept (ReasonNetworkNotAllowed) unopened.
+	// There is no default: which networks are the pods' alone only the
+	// node's operator knows.
+	HostLocalNetworks []string
 	// HostLocalLockWait bounds the wait for host-local's lock of a network
 	// before a release; default DefaultLockWait.
 	HostLocalLockWait time.Duration
@@ -165,7 +175,10 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		if opts.Sandboxes == nil {
 			return sum, ErrReservationsNeedRuntime
 		}
-		sum.Reservations = &ReservationCounts{Dirs: opts.HostLocalDirs, Kept: map[Reason]int{}}
+		if len(opts.HostLocalNetworks) == 0 {
+			return sum, ErrReservationsNeedNetworks
+		}
+		sum.Reservations = &ReservationCounts{Dirs: opts.HostLocalDirs, Networks: opts.HostLocalNetworks, Kept: map[Reason]int{}}
 	}
 	var err error
 	if opts.Release != nil && !opts.DryRun {

@@ -8,8 +8,9 @@ package prune
 // Its DEL removes the files that hold the container's ID. When the cache
 // file that a DEL replay needs is gone, nothing ever sends that DEL, and the
 // address is lost to the pool. This phase releases such a reservation as
-// host-local's own DEL would, but only when it is proven dead: the runtime
-// does not know the sandbox it names, no cache file left names it (a DEL
+// host-local's own DEL would, but only when it is proven dead: it is in a
+// network that the caller named as Kubernetes' alone, the runtime does not
+// know the sandbox it names, no cache file left names it (a DEL
 // replay of that file is the better release, which also undoes the
 // interfaces), and it is older than the minimum age. It lives in this
 // package because it is the prune's planner and executor over one more
@@ -25,6 +26,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,7 +54,17 @@ const (
 	// ReasonLockBusy: host-local's lock of the network was not free within
 	// the wait; a later run decides again.
 	ReasonLockBusy Reason = "lock-busy"
+	// ReasonNetworkNotAllowed: an entry of a network directory whose
+	// network is not in Options.HostLocalNetworks; never opened.
+	ReasonNetworkNotAllowed Reason = "network-not-allowed"
 )
+
+// ErrReservationsNeedNetworks means Run was asked to release host-local
+// reservations without naming the networks to release them in. The
+// runtime knows only the kubelet's sandboxes: in a network that another
+// CNI user shares (nerdctl, podman with CNI), its containers' reservations
+// look orphaned, so nothing is released in a network not named.
+var ErrReservationsNeedNetworks = errors.New("releasing host-local reservations needs the networks to release them in")
 
 // host-local's names in a network directory that are not reservations.
 const (
@@ -150,6 +162,9 @@ func (p Planner) Reservation(e ReservationEntry, known map[SandboxID]struct{}) D
 type ReservationCounts struct {
 	// Dirs are the host-local data directories looked at.
 	Dirs []string `json:"dirs"`
+	// Networks are the networks whose reservations may be released
+	// (Options.HostLocalNetworks).
+	Networks []string `json:"networks"`
 	// Scanned counts the entries of the network directories looked at,
 	// host-local's lock and last_reserved_ip files excepted.
 	Scanned int `json:"scanned"`
@@ -214,6 +229,12 @@ func (e *executor) dataDir(ctx context.Context, path string, rc *ReservationCoun
 			e.recordReservation(rc, File{Phase: PhaseReservation, Name: name}, keep(ReasonNotReservation), Reservation{})
 			continue
 		}
+		if !slices.Contains(e.opts.HostLocalNetworks, de.Name()) {
+			if err := e.otherNetwork(int(dir.Fd()), path, de.Name(), rc); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := e.network(ctx, int(dir.Fd()), path, de.Name(), rc, known); err != nil {
 			return err
 		}
@@ -228,6 +249,35 @@ func (e *executor) stopped(ctx context.Context) error {
 		return ctx.Err()
 	case e.stop.Load():
 		return ErrNotSynced
+	}
+	return nil
+}
+
+// otherNetwork counts the entries of a network directory whose network is
+// not in Options.HostLocalNetworks as kept, from their names alone: the
+// network may be another CNI user's (podman names its default "podman",
+// nerdctl "bridge"), whose containers the runtime does not list, so its
+// files are neither opened nor locked. They are counted and listed so that
+// a network left out by mistake shows.
+func (e *executor) otherNetwork(parent int, dataDir, network string, rc *ReservationCounts) error {
+	dir, err := openDir(parent, network)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", filepath.Join(dataDir, network), err)
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir.Name(), err)
+	}
+	for _, name := range names {
+		if name == hostLocalLock || strings.HasPrefix(name, hostLocalLastPrefix) {
+			continue
+		}
+		rc.Scanned++
+		e.recordReservation(rc, File{Phase: PhaseReservation, Name: filepath.Join(dataDir, network, name)}, keep(ReasonNetworkNotAllowed), Reservation{})
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func (rt *reservationTree) left(t *testing.T) string {
 }
 
 func (rt *reservationTree) opts(live ...string) prune.Options {
-	return prune.Options{Dir: rt.multus, MinAge: 15 * time.Minute, HostLocalDirs: []string{rt.data},
+	return prune.Options{Dir: rt.multus, MinAge: 15 * time.Minute, HostLocalDirs: []string{rt.data}, HostLocalNetworks: []string{"net1"},
 		Sandboxes: newSandboxes(append([]string{rt.live}, live...)...), HostLocalLockWait: 2 * time.Second}
 }
 
@@ -100,6 +100,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		released int
 		left     string
 		kept     map[prune.Reason]int
+		check    func(t *testing.T, rt *reservationTree)
 	}{{
 		name:     "only the old orphan goes",
 		released: 1,
@@ -197,6 +198,47 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1,
 			prune.ReasonNotRegular: 3, prune.ReasonNotReservation: 5, prune.ReasonNoIdentity: 1},
 	}, {
+		name: "a network not named is never released in",
+		// Another CNI user's network in the same data directory (podman's
+		// default): its containers are no sandboxes of the runtime, and
+		// look orphaned. Its files are kept, unread.
+		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
+			hourAgo := time.Now().Add(-time.Hour)
+			podman := filepath.Join(rt.data, "podman")
+			if err := os.Mkdir(podman, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeReservation(t, podman, "10.88.0.7", multuscache.NewSandboxID()+"\r\neth0", hourAgo)
+			writeReservation(t, podman, "10.88.0.8", multuscache.NewSandboxID()+"\r\neth0", hourAgo)
+			writeReservation(t, podman, "lock", "", hourAgo)
+			writeReservation(t, podman, "last_reserved_ip.0", "10.88.0.8", hourAgo)
+			// A network named like the allowed one's files: no match by
+			// prefix.
+			net10 := filepath.Join(rt.data, "net10")
+			if err := os.Mkdir(net10, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeReservation(t, net10, "10.1.1.5", multuscache.NewSandboxID()+"\r\nnet1", hourAgo)
+		},
+		released: 1,
+		left:     "10.1.0.2 10.1.0.3 10.1.0.4 last_reserved_ip.0 lock",
+		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1,
+			prune.ReasonNetworkNotAllowed: 3},
+		check: func(t *testing.T, rt *reservationTree) {
+			for _, p := range []string{"podman/10.88.0.7", "podman/10.88.0.8", "net10/10.1.1.5"} {
+				if _, err := os.Lstat(filepath.Join(rt.data, p)); err != nil {
+					t.Errorf("%s: %v", p, err)
+				}
+			}
+		},
+	}, {
+		name: "no network named releases nothing anywhere",
+		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+			o.HostLocalNetworks = []string{"other"}
+		},
+		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
+		kept: map[prune.Reason]int{prune.ReasonNetworkNotAllowed: 4},
+	}, {
 		name: "the clock guard holds old ones back",
 		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
 			o.Clock = func(time.Duration) prune.ClockState { return prune.ClockState{Uptime: time.Minute} }
@@ -259,6 +301,9 @@ func TestRunReleasesReservations(t *testing.T) {
 			if released != tc.released {
 				t.Errorf("%d released rows, want %d", released, tc.released)
 			}
+			if tc.check != nil {
+				tc.check(t, rt)
+			}
 		})
 	}
 }
@@ -299,6 +344,17 @@ func TestRunReservationsFailClosed(t *testing.T) {
 		o := rt.opts()
 		o.Sandboxes = nil
 		if _, err := prune.Run(t.Context(), rt.pods, o); !errors.Is(err, prune.ErrReservationsNeedRuntime) {
+			t.Fatalf("err %v", err)
+		}
+		if got := rt.left(t); got != all {
+			t.Errorf("left %q", got)
+		}
+	})
+	t.Run("no network named", func(t *testing.T) {
+		rt := newReservationTree(t)
+		o := rt.opts()
+		o.HostLocalNetworks = nil
+		if _, err := prune.Run(t.Context(), rt.pods, o); !errors.Is(err, prune.ErrReservationsNeedNetworks) {
 			t.Fatalf("err %v", err)
 		}
 		if got := rt.left(t); got != all {

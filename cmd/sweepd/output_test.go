@@ -86,7 +86,7 @@ func reservationFiles(dryRun bool) []prune.File {
 // reservationSummary is the summary of reservationFiles.
 func reservationSummary(dryRun bool) *prune.Summary {
 	s := outputSummary(dryRun)
-	s.Reservations = &prune.ReservationCounts{Dirs: []string{"/var/lib/cni/networks"}, Scanned: 3, Released: 1,
+	s.Reservations = &prune.ReservationCounts{Dirs: []string{"/var/lib/cni/networks"}, Networks: []string{"net1"}, Scanned: 3, Released: 1,
 		Kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1}}
 	return s
 }

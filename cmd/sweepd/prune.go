@@ -39,6 +39,7 @@ func daemonFlags() map[string]string {
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
 		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
+		"Prune.HostLocalNetworks": "release-host-local-network",
 	}
 }
 
@@ -79,6 +80,7 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 
 	fs = newFlagSet()
 	fs.StringSliceVar(&o.HostLocalDirs, "release-host-local-dir", nil, "host-local data directories (its dataDir, /var/lib/cni/networks by default; repeat or separate by commas) whose reservations to release when the container runtime does not know their sandbox, no cache file names it and they are older than --min-age; needs --liveness=cri or both")
+	fs.StringSliceVar(&o.HostLocalNetworks, "release-host-local-network", nil, "with --release-host-local-dir, the networks (repeat or separate by commas) whose reservations only Kubernetes' pods hold, and the only ones released in: another CNI user's containers (nerdctl, podman) are no sandboxes of the runtime and would look orphaned; required")
 	addFlagGroup(cmd, "host-local flags", fs)
 	return p
 }

@@ -26,8 +26,10 @@ import (
 // checks that `sweepd prune --release-host-local-dir` with --liveness=both
 // (the real API server, a fake runtime serving the real CRI API) releases
 // exactly the old orphans' addresses: not a live sandbox's, not one a
-// cache file still names, not a young one; that it waits for host-local's
-// lock; and that the real host-local then hands the address out again.
+// cache file still names, not a young one, not one in a network that
+// --release-host-local-network does not name (another CNI user's, in the
+// same data directory); that it waits for host-local's lock; and that the
+// real host-local then hands the address out again.
 func TestReleaseHostLocalEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root: network namespaces, bridges and veths")
@@ -61,6 +63,18 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another CNI user's network in the same data directory, as podman's
+	// CNI backend makes one: its containers are no sandboxes of the
+	// runtime.
+	const otherNetwork = "e2e-hl-other"
+	otherBridge := "swpo" + suffix
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", otherBridge).Run() })
+	otherConf, err := libcni.NetworkPluginConfFromBytes(fmt.Appendf(nil,
+		`{"cniVersion":"1.0.0","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":"10.253.%d.8/29","dataDir":%q}}`,
+		otherNetwork, otherBridge, third, dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, multusDir, nil)
 
 	type sandbox struct {
@@ -71,12 +85,12 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 			Args: [][2]string{{"IgnoreUnknown", "true"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", s.name},
 				{"K8S_POD_INFRA_CONTAINER_ID", s.id}, {"K8S_POD_UID", uid}}}
 	}
-	add := func(name, uid string) *sandbox {
+	addTo := func(conf *libcni.NetworkConfig, name, uid string) *sandbox {
 		t.Helper()
 		s := &sandbox{name: name, id: randHex(t, 32), netns: "sweep-hl-" + suffix + "-" + name}
 		ip(t, "netns", "add", s.netns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", s.netns).Run() })
-		res, err := cni.AddNetwork(t.Context(), netConf, rtConf(s, uid))
+		res, err := cni.AddNetwork(t.Context(), conf, rtConf(s, uid))
 		if err != nil {
 			t.Fatalf("ADD %s: %v", name, err)
 		}
@@ -87,6 +101,7 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 		s.ip = r.IPs[0].Address.IP.String()
 		return s
 	}
+	add := func(name, uid string) *sandbox { return addTo(netConf, name, uid) }
 	reservation := func(s *sandbox) string { return filepath.Join(dataDir, network, s.ip) }
 	results := func(s *sandbox) string {
 		return filepath.Join(multusDir, "results", network+"-"+s.id+"-net1")
@@ -107,8 +122,18 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 	}
 	young := add("young", createPod(t, cs, "default", "young", "node-a"))
 	deletePod(t, cs, "default", "young")
-	rt.SetSandboxes(live.id)
+	// A container of the other CNI user: old, unknown to the runtime, its
+	// cache gone; the runtime's view alone would call it orphaned.
+	foreign := addTo(otherConf, "foreign", "")
+	foreignRes := filepath.Join(dataDir, otherNetwork, foreign.ip)
 	old := time.Now().Add(-time.Hour)
+	if err := os.Remove(filepath.Join(multusDir, "results", otherNetwork+"-"+foreign.id+"-net1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(foreignRes, old, old); err != nil {
+		t.Fatal(err)
+	}
+	rt.SetSandboxes(live.id)
 	for _, s := range append([]*sandbox{live, named}, orphans...) {
 		for _, p := range []string{reservation(s), results(s), filepath.Join(multusDir, s.id)} {
 			if err := os.Chtimes(p, old, old); err != nil && !os.IsNotExist(err) {
@@ -142,7 +167,7 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(sweepd, append([]string{"prune", "--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a",
 			"--cri-endpoint=" + rt.Endpoint, "--cri-timeout=2s", "--multus-dir=" + multusDir, "--min-age=15m",
-			"--release-host-local-dir=" + dataDir, "--output=json"}, args...)...)
+			"--release-host-local-dir=" + dataDir, "--release-host-local-network=" + network, "--output=json"}, args...)...)
 		start := time.Now()
 		stdout, stderr, code := runCmd(t, cmd)
 		took := time.Since(start)
@@ -161,8 +186,11 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 				t.Errorf("%s: %s's reservation %s released", stage, s.name, s.ip)
 			}
 		}
+		if !framework.Exists(foreignRes) {
+			t.Errorf("%s: the reservation %s of a network not named released", stage, foreignRes)
+		}
 	}
-	wantKept := map[string]int{"sandbox-live": 1, "cache-named": 1, "too-young": 1}
+	wantKept := map[string]int{"sandbox-live": 1, "cache-named": 1, "too-young": 1, "network-not-allowed": 1}
 	sameKept := func(got map[string]int) bool {
 		for k, v := range wantKept {
 			if got[k] != v {
@@ -176,6 +204,14 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 		cmd := exec.Command(sweepd, "prune", "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir,
 			"--release-host-local-dir="+dataDir)
 		if _, stderr, code := runCmd(t, cmd); code != 2 || !strings.Contains(stderr, "--liveness=cri or both") {
+			t.Fatalf("exit %d, %s", code, stderr)
+		}
+	})
+
+	t.Run("no network named is refused", func(t *testing.T) {
+		cmd := exec.Command(sweepd, "prune", "--liveness=both", "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a",
+			"--cri-endpoint="+rt.Endpoint, "--multus-dir="+multusDir, "--release-host-local-dir="+dataDir)
+		if _, stderr, code := runCmd(t, cmd); code != 2 || !strings.Contains(stderr, "--release-host-local-network") {
 			t.Fatalf("exit %d, %s", code, stderr)
 		}
 	})
@@ -263,7 +299,16 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 			}
 		}
 		r, code, _ := prune(t)
-		if code != 0 || r.Reservations.Released != 0 {
+		if code != 0 || r.Reservations.Released != 0 || r.Reservations.Kept["network-not-allowed"] != 1 || !framework.Exists(foreignRes) {
+			t.Fatalf("exit %d, reservations %+v", code, r.Reservations)
+		}
+	})
+
+	// What the allow-list holds back is real: the same run with the other
+	// network named releases its container's address.
+	t.Run("the other network once named", func(t *testing.T) {
+		r, code, _ := prune(t, "--release-host-local-network="+otherNetwork)
+		if code != 0 || r.Reservations.Released != 1 || framework.Exists(foreignRes) {
 			t.Fatalf("exit %d, reservations %+v", code, r.Reservations)
 		}
 	})
@@ -301,7 +346,8 @@ func TestDaemonReleasesHostLocal(t *testing.T) {
 	liveRes, orphan := reserve("10.9.0.2", live), reserve("10.9.0.3", randHex(t, 32))
 
 	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint,
-		"--cri-timeout=1s", "--multus-dir="+multusDir, "--schedule=@every 1s", "--release-host-local-dir="+dataDir)
+		"--cri-timeout=1s", "--multus-dir="+multusDir, "--schedule=@every 1s", "--release-host-local-dir="+dataDir,
+		"--release-host-local-network=net1")
 	framework.Eventually(t, 15*time.Second, "orphan released", func() bool { return !framework.Exists(orphan) })
 	d.waitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 1)
 	d.waitMetric(t, `sweep_host_local_kept_reservations{reason="sandbox-live"}`, 1)

@@ -63,7 +63,8 @@ func releaseHostLocalOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 hostLocalRelease:
   enabled: true
   dataDirs: [%q]
-`, c.node.Socket, dataDir))
+  networks: [%q]
+`, c.node.Socket, dataDir, secNet))
 
 	t.Run("the orphan's address released", func(t *testing.T) {
 		c.eventually(t, waitTimeout, "the dead sandbox's reservation released and counted", func() bool {
