@@ -34,6 +34,24 @@ func TestValidateFields(t *testing.T) {
 		}, "Uninstall"},
 		{"uninstall's own field", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c", Timeout: -1} }, "Uninstall.Timeout"},
 		{"uninstall gets the node name", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c"} }, ""},
+		{"host-local release with api liveness", func(c *Config) {
+			c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = []string{"/var/lib/cni/networks"}, []string{"net1"}
+		}, "Prune.HostLocalDirs"},
+		{"host-local release with both", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
+		}, ""},
+		{"host-local release of a relative directory", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"networks"}, []string{"net1"}
+		}, "Prune.HostLocalDirs"},
+		{"host-local release in no named network", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs = LivenessBoth, []string{"/var/lib/cni/networks"}
+		}, "Prune.HostLocalNetworks"},
+		{"host-local network without a directory", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalNetworks = LivenessBoth, []string{"net1"}
+		}, "Prune.HostLocalNetworks"},
+		{"host-local network that is a path", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"../podman"}
+		}, "Prune.HostLocalNetworks"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,6 +144,10 @@ type FieldError = field.Error
 
 func fieldError(name, format string, args ...any) error { return field.Errorf(name, format, args...) }
 
+// networkName is the form of a CNI network's name that libcni accepts
+// (ValidateNetworkName), which host-local names a network's directory by.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
 // Validate checks the configuration without touching anything. An empty
 // Schedule is not checked (a single prune has none). Errors are
 // *FieldError.
@@ -189,6 +195,36 @@ func (c Config) Validate() error {
 		}
 		if c.CRITimeout < 0 {
 			return fieldError("CRITimeout", "must not be negative")
+		}
+	}
+	if len(c.Prune.HostLocalDirs) > 0 {
+		if !c.Liveness.Runtime() {
+			// A reservation names a container and no pod: only the runtime
+			// can say it is gone.
+			return fieldError("Prune.HostLocalDirs", "releasing host-local reservations needs sandbox liveness from the container runtime: --liveness=cri or both")
+		}
+		for _, dir := range c.Prune.HostLocalDirs {
+			if !filepath.IsAbs(dir) {
+				return fieldError("Prune.HostLocalDirs", "%q is not an absolute path", dir)
+			}
+		}
+		if len(c.Prune.HostLocalNetworks) == 0 {
+			// The runtime lists only the kubelet's sandboxes: in a network
+			// that another CNI user shares, its containers' reservations
+			// would look orphaned. Only the operator knows which networks
+			// are the pods' alone.
+			return fieldError("Prune.HostLocalNetworks", "name the networks whose reservations only Kubernetes' pods hold")
+		}
+	}
+	if len(c.Prune.HostLocalNetworks) > 0 && len(c.Prune.HostLocalDirs) == 0 {
+		return fieldError("Prune.HostLocalNetworks", "has no effect without --release-host-local-dir")
+	}
+	for _, n := range c.Prune.HostLocalNetworks {
+		if !networkName.MatchString(n) {
+			// host-local's directory of a network is named by the network,
+			// which libcni allows only in this form: anything else (a
+			// path, a typo with a slash) can name no network directory.
+			return fieldError("Prune.HostLocalNetworks", "%q is not a CNI network name", n)
 		}
 	}
 	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {
@@ -346,6 +382,7 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
 		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
+		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
 		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
 	if d.cfg.RebootAware {
@@ -827,6 +864,14 @@ func summaryAttrs(sum *prune.Summary) []any {
 		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
 	} else if c != nil {
 		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
+	}
+	if r := sum.Reservations; r != nil {
+		released := "released"
+		if sum.DryRun {
+			released = "would_release"
+		}
+		attrs = append(attrs, slog.Group("host_local", "scanned", r.Scanned, released, r.Released,
+			reasonGroup("kept", r.Kept), "vanished", r.Vanished, "errors", r.Errors))
 	}
 	if !sum.AgesTrustedFrom.IsZero() {
 		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)

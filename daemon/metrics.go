@@ -53,6 +53,16 @@ func removedReasons() []prune.Reason {
 	}
 }
 
+// reservationKeptReasons lists every reason a host-local reservation can be
+// kept (--release-host-local-dir).
+func reservationKeptReasons() []prune.Reason {
+	return []prune.Reason{
+		prune.ReasonSandboxLive, prune.ReasonCacheNamed, prune.ReasonTooYoung, prune.ReasonClockUnsettled,
+		prune.ReasonNewerThanView, prune.ReasonNoIdentity, prune.ReasonNotReservation, prune.ReasonNotRegular,
+		prune.ReasonChanged, prune.ReasonLockBusy, prune.ReasonNetworkNotAllowed, prune.ReasonViewStale, prune.ReasonError,
+	}
+}
+
 // metrics are the daemon's metrics, on a registry of its own so that tests
 // and several daemons in one process never collide.
 type metrics struct {
@@ -89,6 +99,10 @@ type metrics struct {
 	// grow the series without bound.
 	delMu     sync.Mutex
 	delLabels map[[2]string]struct{}
+	// The host-local reservations' series; nil unless they are released.
+	hlReleases *prometheus.CounterVec
+	hlKept     *prometheus.GaugeVec
+	hlStale    prometheus.Gauge
 }
 
 // maxDELLabels bounds the plugin and IPAM pairs of
@@ -100,6 +114,8 @@ const maxDELLabels = 16
 type metricsConfig struct {
 	dryRun, cniDel, rebootAware bool
 	liveness                    Liveness
+	// hostLocal: host-local reservations are released, and counted.
+	hostLocal bool
 	// runtimeCache: the runtime's own cache is pruned too, and has series
 	// of its own (cache="runtime").
 	runtimeCache bool
@@ -235,6 +251,25 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	if withRuntime {
 		m.registry.MustRegister(m.sandboxes)
 	}
+	if cfg.hostLocal {
+		m.hlReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sweep_host_local_releases_total",
+			Help: "host-local reservations released (--release-host-local-dir), by reason (orphaned-reservation).",
+		}, []string{"reason"})
+		m.hlKept = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sweep_host_local_kept_reservations",
+			Help: "Entries of host-local's network directories the last complete run kept, by reason.",
+		}, []string{"reason"})
+		m.hlStale = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_host_local_stale_reservations",
+			Help: "host-local reservations the last complete run found orphaned: released, or in a dry run the ones a real run would release.",
+		})
+		m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation))
+		for _, r := range reservationKeptReasons() {
+			m.hlKept.WithLabelValues(string(r))
+		}
+		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
+	}
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
@@ -303,6 +338,9 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
 			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
 		}
+		if r := sum.Reservations; r != nil && m.hlReleases != nil {
+			m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))
+		}
 	}
 	m.lastRun.SetToCurrentTime()
 	if err != nil {
@@ -325,6 +363,12 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 			m.cacheFiles.WithLabelValues(name, string(p)).Set(float64(c.Remaining(p, sum.DryRun)))
 		}
 		m.cacheBytes.WithLabelValues(name).Set(float64(c.DiskBytes))
+	}
+	if r := sum.Reservations; r != nil && m.hlKept != nil {
+		for _, reason := range reservationKeptReasons() {
+			m.hlKept.WithLabelValues(string(reason)).Set(float64(r.Kept[reason]))
+		}
+		m.hlStale.Set(float64(r.Released))
 	}
 	if sum.Errors > 0 {
 		m.failed()

@@ -120,6 +120,69 @@ func TestMetricsObserve(t *testing.T) {
 	}
 }
 
+// withReservations adds to sum a reservations' phase that released
+// released and kept one live and one named.
+func withReservations(sum *prune.Summary, released int) *prune.Summary {
+	sum.Reservations = &prune.ReservationCounts{Scanned: released + 2, Released: released,
+		Kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1}}
+	return sum
+}
+
+// TestMetricsReservations: host-local releases are counted by a real run
+// only; a dry run's and a real run's findings are the stale gauge; an
+// interrupted run leaves the last complete run's.
+func TestMetricsReservations(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		dryRun bool
+		runs   []run
+		want   map[string]float64
+	}{
+		{
+			name:   "dry run",
+			dryRun: true,
+			runs:   []run{{withReservations(summary(true, 1, 0, nil), 2), nil}},
+			want: map[string]float64{
+				`sweep_host_local_releases_total{reason="orphaned-reservation"}`: 0, "sweep_host_local_stale_reservations": 2,
+				`sweep_host_local_kept_reservations{reason="sandbox-live"}`: 1, `sweep_host_local_kept_reservations{reason="cache-named"}`: 1,
+				`sweep_host_local_kept_reservations{reason="lock-busy"}`: 0, `sweep_host_local_kept_reservations{reason="network-not-allowed"}`: 0,
+			},
+		},
+		{
+			name: "real runs, the last interrupted",
+			runs: []run{
+				{withReservations(summary(false, 1, 0, nil), 2), nil},
+				{withReservations(summary(false, 1, 0, nil), 1), errors.New("interrupted")},
+			},
+			want: map[string]float64{
+				`sweep_host_local_releases_total{reason="orphaned-reservation"}`: 3, "sweep_host_local_stale_reservations": 2,
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMetrics(t.TempDir(), nil, true, metricsConfig{dryRun: c.dryRun, liveness: LivenessCRI, hostLocal: true})
+			for _, r := range c.runs {
+				m.observe(r.sum, r.err)
+			}
+			got := gatherSeries(t, m)
+			for series, want := range c.want {
+				if v, ok := got[series]; !ok {
+					t.Errorf("no series %s", series)
+				} else if v != want {
+					t.Errorf("%s = %v, want %v", series, v, want)
+				}
+			}
+		})
+	}
+	// Without the release, no such series.
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessCRI})
+	for series := range gatherSeries(t, m) {
+		if strings.HasPrefix(series, "sweep_host_local_") {
+			t.Errorf("series %s without --release-host-local-dir", series)
+		}
+	}
+}
+
 // TestMetricsPerCache checks that each cache directory is counted apart,
 // with its bytes on disk, and that the runtime cache's series exist only
 // when it is pruned.
@@ -185,8 +248,9 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true, runtimeCache: true})
-	m.observe(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), nil)
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true, runtimeCache: true,
+		hostLocal: true})
+	m.observe(withReservations(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), 1), nil)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(exposition(t, m))
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -1,6 +1,7 @@
 package prune_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,4 +59,60 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/30000, "ns/file")
+}
+
+// BenchmarkReleaseReservations releases the orphaned reservations of a
+// /20 host-local pool (4,000 addresses, 100 of live sandboxes) after the
+// prune of an empty multus cache, on tmpfs; each release takes and drops
+// host-local's lock.
+func BenchmarkReleaseReservations(b *testing.B) {
+	shm := "/dev/shm"
+	if _, err := os.Stat(shm); err != nil {
+		shm = b.TempDir()
+	}
+	base, err := os.MkdirTemp(shm, "sweep-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(base) })
+	multus := filepath.Join(base, "multus")
+	if err := os.MkdirAll(filepath.Join(multus, "results"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	const n, live = 4000, 100
+	old := time.Now().Add(-time.Hour)
+	src := filepath.Join(base, "src", "net1")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var liveIDs []string
+	for i := range n {
+		id := multuscache.NewSandboxID()
+		if i < live {
+			liveIDs = append(liveIDs, id)
+		}
+		p := filepath.Join(src, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))
+		if err := os.WriteFile(p, []byte(id+"\r\nnet1"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sandboxes := newSandboxes(liveIDs...)
+	for b.Loop() {
+		b.StopTimer()
+		data := filepath.Join(base, "run")
+		os.RemoveAll(data)
+		if out, err := exec.Command("cp", "-a", filepath.Dir(src), data).CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+		b.StartTimer()
+		sum, err := prune.Run(b.Context(), nil, prune.Options{Dir: multus, MinAge: time.Minute, Sandboxes: sandboxes,
+			HostLocalDirs: []string{data}, HostLocalNetworks: []string{"net1"}})
+		if err != nil || sum.Reservations.Released != n-live {
+			b.Fatalf("%+v %v", sum.Reservations, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/reservation")
 }

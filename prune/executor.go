@@ -25,6 +25,11 @@ var ErrNotSynced = errors.New("liveness view not synced")
 // ErrNoLiveness means Run was given neither a pod index nor a sandbox index.
 var ErrNoLiveness = errors.New("no liveness view: need pods, sandboxes or both")
 
+// ErrReservationsNeedRuntime means Run was asked to release host-local
+// reservations without the container runtime's view: a reservation names a
+// container, which only the runtime can say is gone.
+var ErrReservationsNeedRuntime = errors.New("releasing host-local reservations needs sandbox liveness from the container runtime")
+
 // DefaultMaxFileSize bounds what is read of a results file. Real ones are one
 // to a few KiB; anything bigger is not a cache file and is kept unread.
 const DefaultMaxFileSize = 256 << 10
@@ -103,6 +108,25 @@ type Options struct {
 	// ProgressInterval is how often a run with Release logs the CNI DELs
 	// so far, so that a long run is seen to progress; default 30s.
 	ProgressInterval time.Duration
+	// HostLocalDirs are host-local data directories (its dataDir,
+	// /var/lib/cni/networks by default) whose orphaned reservations a run
+	// that completed releases (ReasonOrphanedReservation): those of
+	// sandboxes the runtime does not know that no cache file left names,
+	// in the networks of HostLocalNetworks. Needs Sandboxes and
+	// HostLocalNetworks.
+	HostLocalDirs []string
+	// HostLocalNetworks are the networks (host-local's subdirectories of a
+	// data directory, named by the network) whose reservations may be
+	// released: networks of Kubernetes' pods alone. The runtime lists only
+	// the kubelet's sandboxes, so a container of another CNI user in a
+	// network (nerdctl, podman with CNI) would look orphaned; the entries
+	// of any other network are kept (ReasonNetworkNotAllowed) unopened.
+	// There is no default: which networks are the pods' alone only the
+	// node's operator knows.
+	HostLocalNetworks []string
+	// HostLocalLockWait bounds the wait for host-local's lock of a network
+	// before a release; default DefaultLockWait.
+	HostLocalLockWait time.Duration
 }
 
 // DefaultProgressInterval is the default of Options.ProgressInterval.
@@ -149,6 +173,9 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 			defer cancel()
 		}
 	}
+	if opts.HostLocalLockWait <= 0 {
+		opts.HostLocalLockWait = DefaultLockWait
+	}
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
 	if opts.Clock != nil {
@@ -165,12 +192,22 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
 		paceCtx: paceCtx,
 		slots:   make(chan struct{}, opts.ReleaseConcurrency),
+		named:   map[SandboxID]struct{}{},
 	}
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
 	sum.AgesTrustedFrom = clock.TrustedFrom
 	if idx == nil && opts.Sandboxes == nil {
 		return sum, ErrNoLiveness
+	}
+	if len(opts.HostLocalDirs) > 0 {
+		if opts.Sandboxes == nil {
+			return sum, ErrReservationsNeedRuntime
+		}
+		if len(opts.HostLocalNetworks) == 0 {
+			return sum, ErrReservationsNeedNetworks
+		}
+		sum.Reservations = &ReservationCounts{Dirs: opts.HostLocalDirs, Networks: opts.HostLocalNetworks, Kept: map[Reason]int{}}
 	}
 	var err error
 	if opts.Release != nil && !opts.DryRun {
@@ -179,6 +216,11 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		stop()
 	} else {
 		err = e.run(ctx, sum)
+	}
+	if err == nil && sum.Reservations != nil {
+		// Only after a complete prune: the cache files it left are then
+		// all known, and its views were fresh to the end.
+		err = e.releaseReservations(ctx, sum, e.named)
 	}
 	sum.Duration = time.Since(start)
 	if n := e.fileWarnings.Load(); n > maxFileWarnings {
@@ -256,6 +298,15 @@ type executor struct {
 	slots chan struct{}
 	// sandboxes keeps two Release calls of one sandbox from overlapping.
 	sandboxes sandboxLocks
+	// named holds the sandboxes that the cache files the run left (or in
+	// a dry run would leave) name, in every cache: the results files' of
+	// multus's and the runtime's cache (by name and containerId) and the
+	// scratch files'. The reservations' phase keeps their reservations
+	// (cache-named): a DEL replay of such a file is the better release.
+	// It is not Summary.kept, which is nil when a cache has no results
+	// directory, for the boot record; a reservation must be kept for
+	// every file left, whatever another cache lacks.
+	named map[SandboxID]struct{}
 }
 
 // maxRemovalLogs is how many removals a real run logs at info level, each
@@ -344,6 +395,9 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		if err != nil {
 			return err
 		}
+		for id := range referenced {
+			e.named[id] = struct{}{}
+		}
 		if referenced == nil {
 			kept = nil
 		}
@@ -393,7 +447,13 @@ func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[San
 	}
 	err = e.phase(ctx, c, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
-	}, nil)
+	}, func(ws []*worker) {
+		for _, w := range ws {
+			for id := range w.scratchKept {
+				e.named[id] = struct{}{}
+			}
+		}
+	})
 	return referenced, err
 }
 
@@ -541,6 +601,8 @@ type worker struct {
 	// sandbox not from an earlier boot: that witness.
 	pending []string
 	current map[string]struct{}
+	// scratchKept holds the sandboxes of the scratch files kept (phase 2).
+	scratchKept map[SandboxID]struct{}
 }
 
 func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker {
@@ -550,6 +612,8 @@ func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker 
 		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
 		w.current = map[string]struct{}{}
+	} else {
+		w.scratchKept = map[SandboxID]struct{}{}
 	}
 	return w
 }
@@ -733,6 +797,9 @@ func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map
 	if d.Reason == reasonVanished {
 		w.counts.vanished[PhaseScratch]++
 		return
+	}
+	if !d.Remove {
+		w.scratchKept[id] = struct{}{}
 	}
 	w.left(st, d)
 	w.record(f, d)

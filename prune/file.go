@@ -22,7 +22,7 @@ type File struct {
 	// scratch file, PhaseOther for any other entry of the cache directory.
 	Phase Phase
 	// Name is the entry's name in its directory (results/ for
-	// PhaseResults).
+	// PhaseResults); for PhaseReservation, its path.
 	Name string
 	// Pod is the pod the results file names (any of its fields may be
 	// empty); zero for scratch files and for files that could not be read
@@ -45,6 +45,8 @@ type File struct {
 }
 
 // RelPath returns the entry's path relative to its cache directory.
+// A reservation's (PhaseReservation) is its full path, under its own
+// data directory.
 func (f File) RelPath() string {
 	if f.Phase == PhaseResults && f.Cache != CacheRuntime {
 		return "results/" + f.Name

@@ -57,8 +57,11 @@ type Summary struct {
 	// Caches counts the same by cache directory, in the order the run
 	// pruned them (CacheMultus first); a cache the run did not reach is
 	// not in it.
-	Caches   []*CacheSummary `json:"caches,omitempty"`
-	Duration time.Duration   `json:"-"`
+	Caches []*CacheSummary `json:"caches,omitempty"`
+	// Reservations is what the run did with host-local's reservations; nil
+	// unless it was asked to release them (Options.HostLocalDirs).
+	Reservations *ReservationCounts `json:"reservations,omitempty"`
+	Duration     time.Duration      `json:"-"`
 
 	// kept holds the sandboxes named by the results files left after a run
 	// that read all of them; nil otherwise.
@@ -264,6 +267,37 @@ func (s *Summary) WriteTextResult(w io.Writer, runErr error) error {
 			if _, err := fmt.Fprintf(w, "  %-*s %-20s %d\n", len(verb), by.verb, r, by.m[Reason(r)]); err != nil {
 				return err
 			}
+		}
+	}
+	if r := s.Reservations; r != nil {
+		return r.writeText(w, s.DryRun)
+	}
+	return nil
+}
+
+// writeText writes the reservations' line of a run's report, then their
+// counts by reason.
+func (r *ReservationCounts) writeText(w io.Writer, dryRun bool) error {
+	verb := "released"
+	if dryRun {
+		verb = "would release"
+	}
+	if _, err := fmt.Fprintf(w, "  host-local reservations: scanned %d; %s %d; %d errors\n", r.Scanned, verb, r.Released, r.Errors); err != nil {
+		return err
+	}
+	if r.Vanished > 0 {
+		if _, err := fmt.Fprintf(w, "    vanished (released by someone else meanwhile) %d\n", r.Vanished); err != nil {
+			return err
+		}
+	}
+	reasons := make([]string, 0, len(r.Kept))
+	for k := range r.Kept {
+		reasons = append(reasons, string(k))
+	}
+	sort.Strings(reasons)
+	for _, k := range reasons {
+		if _, err := fmt.Fprintf(w, "    kept %-20s %d\n", k, r.Kept[Reason(k)]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -32,6 +32,10 @@ func TestGolden(t *testing.T) {
 		{"bad-log-level", []string{"--log-level", "verbose", "prune"}},
 		{"stray-argument", []string{"daemon", "now"}},
 		{"missing-required", []string{"uninstall", "--namespace=ns", "--daemonset=ds"}},
+		{"host-local-needs-runtime", []string{"prune", "--node-name=node-a", "--release-host-local-dir=/var/lib/cni/networks",
+			"--release-host-local-network=net1"}},
+		{"host-local-needs-network", []string{"prune", "--node-name=node-a", "--liveness=cri", "--expect-runtime=containerd",
+			"--release-host-local-dir=/var/lib/cni/networks"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -168,6 +168,8 @@ func newTableRow(f prune.File, wide bool) tableRow {
 		r.order = 0
 	case prune.PhaseScratch:
 		r.order = 1
+	case prune.PhaseReservation:
+		r.order = 3
 	}
 	if !f.ModTime.IsZero() {
 		r.mtime = f.ModTime.UnixNano()

@@ -65,6 +65,32 @@ func outputSummary(dryRun bool) *prune.Summary {
 	}
 }
 
+// reservationFiles are host-local reservations of a run with
+// --release-host-local-dir, after outputFiles.
+func reservationFiles(dryRun bool) []prune.File {
+	ago := func(d time.Duration) time.Time { return outputNow().Add(-d) }
+	files := append(outputFiles(dryRun),
+		prune.File{Phase: prune.PhaseReservation, Name: "/var/lib/cni/networks/macvlan-conf/10.20.0.7", Sandbox: sandboxB,
+			ModTime: ago(15 * 24 * time.Hour), Remove: true, Reason: prune.ReasonOrphanedReservation},
+		prune.File{Phase: prune.PhaseReservation, Name: "/var/lib/cni/networks/macvlan-conf/10.20.0.8", Sandbox: sandboxC,
+			ModTime: ago(45 * time.Minute), Reason: prune.ReasonSandboxLive},
+		prune.File{Phase: prune.PhaseReservation, Name: "/var/lib/cni/networks/macvlan-conf/10.20.0.9", Sandbox: sandboxA,
+			ModTime: ago(3 * time.Hour), Reason: prune.ReasonCacheNamed},
+	)
+	for i := range files {
+		files[i].DryRun = dryRun
+	}
+	return files
+}
+
+// reservationSummary is the summary of reservationFiles.
+func reservationSummary(dryRun bool) *prune.Summary {
+	s := outputSummary(dryRun)
+	s.Reservations = &prune.ReservationCounts{Dirs: []string{"/var/lib/cni/networks"}, Networks: []string{"net1"}, Scanned: 3, Released: 1,
+		Kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1}}
+	return s
+}
+
 // TestOutputGolden prints a run in every format and compares it with
 // testdata/output-<name>.golden (issue 26). SWEEP_UPDATE_GOLDEN=1 rewrites
 // the files, as for TestGolden.
@@ -93,6 +119,9 @@ func TestOutputGolden(t *testing.T) {
 		{name: "json-no-view", format: outputJSON, dryRun: true, err: noView},
 		{name: "yaml-no-view", format: outputYAML, dryRun: true, err: noView},
 		{name: "table-no-view", format: outputTable, dryRun: true, err: noView},
+		{name: "table-reservations", format: outputTable, dryRun: true, files: reservationFiles(true), sum: reservationSummary(true)},
+		{name: "wide-reservations", format: outputWide, files: reservationFiles(false), sum: reservationSummary(false)},
+		{name: "json-reservations", format: outputJSON, files: reservationFiles(false), sum: reservationSummary(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer

@@ -51,7 +51,8 @@ func daemonFlags() map[string]string {
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
-		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir",
+		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
+		"Prune.HostLocalNetworks": "release-host-local-network",
 	}
 }
 
@@ -91,6 +92,11 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 	fs.IntVar(&o.ReleaseConcurrency, "cni-del-concurrency", defaultCNIDelConcurrency, "with --cni-del, the most DELs running at once; never two for one sandbox")
 	fs.IntVar(&o.MaxReleases, "cni-del-max", 0, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit; --cni-del-rate paces them)")
 	addFlagGroup(cmd, "CNI DEL flags", fs)
+
+	fs = newFlagSet()
+	fs.StringSliceVar(&o.HostLocalDirs, "release-host-local-dir", nil, "host-local data directories (its dataDir, /var/lib/cni/networks by default; repeat or separate by commas) whose reservations to release when the container runtime does not know their sandbox, no cache file names it and they are older than --min-age; needs --liveness=cri or both")
+	fs.StringSliceVar(&o.HostLocalNetworks, "release-host-local-network", nil, "with --release-host-local-dir, the networks (repeat or separate by commas) whose reservations only Kubernetes' pods hold, and the only ones released in: another CNI user's containers (nerdctl, podman) are no sandboxes of the runtime and would look orphaned; required")
+	addFlagGroup(cmd, "host-local flags", fs)
 	return p
 }
 

@@ -289,6 +289,65 @@ func TestChartRender(t *testing.T) {
 		}
 	})
 
+	// host-local reservations (issue 28): the flag per directory, each
+	// mounted read-write once, one per network, and refused without the
+	// runtime's view or without the networks.
+	t.Run("hostLocalRelease", func(t *testing.T) {
+		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true",
+			"--set", "hostLocalRelease.dataDirs={/var/lib/cni/networks,/run/cni/networks}",
+			"--set", "hostLocalRelease.networks={k8s-pod-network,macvlan-conf}"))
+		spec, c := daemonPod(t, objs, "rel-sweep")
+		for _, n := range []string{"k8s-pod-network", "macvlan-conf"} {
+			if !slices.Contains(c.Args, "--release-host-local-network="+n) {
+				t.Errorf("daemon args %v lack --release-host-local-network=%s", c.Args, n)
+			}
+		}
+		for _, dir := range []string{"/var/lib/cni/networks", "/run/cni/networks"} {
+			if !slices.Contains(c.Args, "--release-host-local-dir="+dir) {
+				t.Errorf("daemon args %v lack --release-host-local-dir=%s", c.Args, dir)
+			}
+			if !hasHostPathMount(spec, dir, dir, false) {
+				t.Errorf("no read-write hostPath %s", dir)
+			}
+		}
+		// With cniDel the default data directory is its hostPath already:
+		// mounted once.
+		objs = decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "hostLocalRelease.enabled=true",
+			"--set", "hostLocalRelease.networks={net1}", "--set", "cniDel.enabled=true"))
+		_, c = daemonPod(t, objs, "rel-sweep")
+		n := 0
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/var/lib/cni/networks" {
+				n++
+			}
+		}
+		if n != 1 || !slices.Contains(c.Args, "--release-host-local-dir=/var/lib/cni/networks") {
+			t.Errorf("%d mounts of /var/lib/cni/networks, args %v", n, c.Args)
+		}
+		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={net1}").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "set daemon.liveness to cri or both") {
+			t.Errorf("hostLocalRelease with api liveness rendered: %v\n%s", err, out)
+		}
+		// No network named: nothing would say which reservations are the
+		// pods' alone.
+		out, err = exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "needs hostLocalRelease.networks") {
+			t.Errorf("hostLocalRelease without networks rendered: %v\n%s", err, out)
+		}
+		out, err = exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={../podman}").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "/hostLocalRelease/networks/0") {
+			t.Errorf("a network name that is a path rendered: %v\n%s", err, out)
+		}
+		// Off by default: no flag.
+		_, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both")), "rel-sweep")
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--release-host-local-") }) {
+			t.Errorf("args %v without hostLocalRelease.enabled", c.Args)
+		}
+	})
+
 	// As sweepd refuses them: a minimum age that no longer covers a CNI ADD,
 	// a schedule that prunes every second.
 	t.Run("short intervals are refused unless allowed", func(t *testing.T) {

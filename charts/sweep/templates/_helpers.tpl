@@ -116,6 +116,27 @@ of Values and key; get yields nil for a null value and "" for a missing key.
 {{- end }}
 
 {{/*
+The host-local data directories that hostLocalRelease mounts, as a JSON
+array: none unless it is enabled, and not those that cniDel already mounts
+(the same path twice would be two volumes at one mount path), and never one
+that cniDel mounts read-only.
+*/}}
+{{- define "sweep.hostLocalDirs" -}}
+{{- $dirs := list }}
+{{- if .Values.hostLocalRelease.enabled }}
+{{- range .Values.hostLocalRelease.dataDirs }}
+{{- if and $.Values.cniDel.enabled (has . $.Values.cniDel.readOnlyHostPaths) }}
+{{- fail (printf "hostLocalRelease.dataDirs: %s is in cniDel.readOnlyHostPaths; releasing reservations needs it read-write" .) }}
+{{- end }}
+{{- if not (and $.Values.cniDel.enabled (has . $.Values.cniDel.hostPaths)) }}
+{{- $dirs = append $dirs . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $dirs }}
+{{- end }}
+
+{{/*
 Volume name of a host directory for CNI DEL, distinct from the uninstall
 ones: the same host path may be mounted by both.
 */}}
