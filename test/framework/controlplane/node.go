@@ -65,6 +65,9 @@ type Node struct {
 	CNINetworksDir string
 	// NetNSDir is where containerd mounts the pods' network namespaces.
 	NetNSDir string
+	// PodSubnet is the range of the pods' addresses: PodSubnet, or
+	// WithPodSubnet's.
+	PodSubnet string
 
 	// Runtime names the runtime: "containerd 1.6 (Debian)" or
 	// "containerd v2.4.2".
@@ -85,6 +88,7 @@ type Node struct {
 
 type nodeConfig struct {
 	containerd2 bool
+	podSubnet   string
 }
 
 // NodeOption configures StartNode.
@@ -96,6 +100,14 @@ func WithContainerd2() NodeOption {
 	return func(c *nodeConfig) { c.containerd2 = true }
 }
 
+// WithPodSubnet gives the pods' network the range subnet instead of
+// PodSubnet: a benchmark that fabricates thousands of host-local
+// reservations on the node's own network needs more than a /24, and must
+// leave the real pods their addresses.
+func WithPodSubnet(subnet string) NodeOption {
+	return func(c *nodeConfig) { c.podSubnet = subnet }
+}
+
 // StartNode starts a node that registers with cp, waits until it is Ready and
 // tears it down (pods killed, mounts released, Dir removed) in the test's
 // cleanup; when the test failed, the cleanup first prints the last lines of
@@ -104,7 +116,7 @@ func WithContainerd2() NodeOption {
 // WithAddress(NodeIP), WithScheduler and WithControllerManager.
 func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 	t.Helper()
-	var cfg nodeConfig
+	cfg := nodeConfig{podSubnet: PodSubnet}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -126,6 +138,7 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		CNIConfDir:     filepath.Join(dir, "cni", "net.d"),
 		CNINetworksDir: filepath.Join(dir, "cni", "networks"),
 		NetNSDir:       filepath.Join(dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns"),
+		PodSubnet:      cfg.podSubnet,
 		cp:             cp,
 		v2:             cfg.containerd2,
 	}
@@ -182,7 +195,7 @@ func (n *Node) start() error {
     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}
   }]
 }
-`, n.CNINetworksDir, PodSubnet)
+`, n.CNINetworksDir, n.PodSubnet)
 	if err := os.WriteFile(filepath.Join(n.CNIConfDir, "10-sweep-node.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
