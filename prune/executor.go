@@ -108,6 +108,9 @@ type Options struct {
 	// ProgressInterval is how often a run with Release logs the CNI DELs
 	// so far, so that a long run is seen to progress; default 30s.
 	ProgressInterval time.Duration
+	// clockSkew, in tests, replaces the measurement of the wall clock
+	// against the monotonic clock since the run began (clockStepped).
+	clockSkew func() time.Duration
 	// HostLocalDirs are host-local data directories (its dataDir,
 	// /var/lib/cni/networks by default) whose orphaned reservations a run
 	// that completed releases (ReasonOrphanedReservation): those of
@@ -191,6 +194,8 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
 		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
 		paceCtx: paceCtx,
+		started: start,
+		skew:    opts.clockSkew,
 		slots:   make(chan struct{}, opts.ReleaseConcurrency),
 		named:   map[SandboxID]struct{}{},
 	}
@@ -291,6 +296,12 @@ type executor struct {
 	delsAttempted, delsSucceeded, delsFailed atomic.Int64
 	// onFile serializes the calls of Options.OnFile.
 	onFile sync.Mutex
+	// started is when the run began, with the monotonic reading that
+	// clockStepped measures the wall clock against; skew replaces that
+	// measurement in tests.
+	started  time.Time
+	skew     func() time.Duration
+	stepOnce sync.Once
 	// paceCtx ends at Options.ReleaseUntil: no Release starts after it.
 	paceCtx context.Context
 	// slots holds one token per Release in progress
@@ -374,12 +385,48 @@ func (w *worker) pace() (done func(), ok bool) {
 	return done, true
 }
 
-// synced reports whether every liveness view in use is synced.
+// synced reports whether every liveness view in use is synced, and still
+// comparable with the files' times: the wall clock has not been set since
+// the run began.
 func (e *executor) synced() bool {
 	if e.idx != nil && !e.idx.Synced() {
 		return false
 	}
-	return e.opts.Sandboxes == nil || e.opts.Sandboxes.Synced()
+	if e.opts.Sandboxes != nil && !e.opts.Sandboxes.Synced() {
+		return false
+	}
+	return !e.clockStepped()
+}
+
+// clockStepTolerance is how far the wall clock may move against the
+// monotonic clock during a run: far above the nanoseconds between the two
+// readings, far below any step that matters.
+const clockStepTolerance = 10 * time.Millisecond
+
+// clockStepped reports whether the wall clock was set since the run began.
+// The run's rules compare files' times with the wall clock (their age) and
+// with the time of the views (newer-than-view); the clock guard vouches for
+// the clock at the start only, and a paced run lasts up to an hour. A step
+// back then makes a file made after the views look older than them, a step
+// forward makes a young file look old: either could condemn a new pod's
+// file or reservation. NTP's slewing moves both clocks alike; only a set
+// moves one against the other.
+func (e *executor) clockStepped() bool {
+	skew := e.skew
+	if skew == nil {
+		skew = func() time.Duration {
+			now := time.Now()
+			return now.Round(0).Sub(e.started.Round(0)) - now.Sub(e.started)
+		}
+	}
+	d := skew()
+	if d > clockStepTolerance || d < -clockStepTolerance {
+		e.stepOnce.Do(func() {
+			e.opts.Logger.Warn("wall clock set during the run: nothing more is removed or released in it", "step_seconds", d.Seconds())
+		})
+		return true
+	}
+	return false
 }
 
 func (e *executor) run(ctx context.Context, sum *Summary) error {

@@ -504,3 +504,55 @@ func TestRunOversized(t *testing.T) {
 		t.Fatal("an oversized file or its scratch file was removed")
 	}
 }
+
+// TestRunStopsOnClockSet: the wall clock set during a run, either way,
+// stops it before its next removal (a paced run lasts up to an hour, and
+// its age and newer-than-view rules read the wall clock); a clock that only
+// runs keeps it going.
+func TestRunStopsOnClockSet(t *testing.T) {
+	const sandboxes = 20
+	tests := []struct {
+		name string
+		// step is the wall clock's move against the monotonic clock once
+		// the run has made its first removal check.
+		step       time.Duration
+		wantErr    error
+		wantRemove bool // all stale files removed
+	}{
+		{name: "no set", step: 0, wantRemove: true},
+		{name: "within the tolerance", step: 5 * time.Millisecond, wantRemove: true},
+		{name: "set back an hour", step: -time.Hour, wantErr: prune.ErrNotSynced},
+		{name: "set forward an hour", step: time.Hour, wantErr: prune.ErrNotSynced},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "multus")
+			old := time.Now().Add(-time.Hour)
+			for range sandboxes {
+				gone := multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}
+				if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), gone, multuscache.DefaultAttachments(), old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var checks atomic.Int64
+			skew := func() time.Duration {
+				if checks.Add(1) == 1 {
+					return 0 // the run's first check: before the set
+				}
+				return tt.step
+			}
+			opts := prune.WithClockSkew(prune.Options{Dir: dir, MinAge: time.Minute, Workers: 1}, skew)
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), opts)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			removed := sum.Removed[prune.PhaseResults] + sum.Removed[prune.PhaseScratch]
+			if tt.wantRemove && removed != sandboxes*(len(multuscache.DefaultAttachments())+1) {
+				t.Fatalf("removed %d files, want all; summary %+v", removed, sum)
+			}
+			if !tt.wantRemove && removed != 0 {
+				t.Fatalf("removed %d files after the clock was set; summary %+v", removed, sum)
+			}
+		})
+	}
+}

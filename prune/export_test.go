@@ -1,0 +1,11 @@
+package prune
+
+import "time"
+
+// WithClockSkew returns o with the measurement of the wall clock against the
+// monotonic clock replaced by skew, so that a test can set the clock of one
+// run without setting the host's.
+func WithClockSkew(o Options, skew func() time.Duration) Options {
+	o.clockSkew = skew
+	return o
+}
