@@ -40,6 +40,14 @@ func TestValidateFields(t *testing.T) {
 		{"host-local release with both", func(c *Config) {
 			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
 		}, ""},
+		{"host-local release with a minimum age under its floor", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Prune.MinAge = 2 * time.Minute
+		}, "Prune.MinAge"},
+		{"host-local release under the floor, allowed for tests", func(c *Config) {
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Prune.MinAge, c.AllowShortIntervals = 0, true
+		}, ""},
 		{"host-local release of a relative directory", func(c *Config) {
 			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},

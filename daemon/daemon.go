@@ -137,6 +137,12 @@ type Config struct {
 // negative "@every" runs a prune every second.
 const MinInterval = time.Minute
 
+// HostLocalMinAge is the floor of the minimum age when host-local
+// reservations are released: a reservation exists from the middle of its
+// ADD, and the kubelet gives RunPodSandbox up to 4 minutes (twice its
+// runtime request timeout) before the runtime lists the sandbox.
+const HostLocalMinAge = 5 * time.Minute
+
 // FieldError is an invalid field of a Config, so that a command can name
 // the flag that set it; Field is the Config field: "Prune.MinAge",
 // "Schedule", ...
@@ -202,6 +208,14 @@ func (c Config) Validate() error {
 			// A reservation names a container and no pod: only the runtime
 			// can say it is gone.
 			return fieldError("Prune.HostLocalDirs", "releasing host-local reservations needs sandbox liveness from the container runtime: --liveness=cri or both")
+		}
+		if c.Prune.MinAge < HostLocalMinAge && !c.AllowShortIntervals {
+			// host-local writes a reservation during the ADD, and the
+			// runtime lists the sandbox only once RunPodSandbox returns,
+			// which the kubelet allows up to twice its 2m request timeout:
+			// until then the reservation's age is all that keeps it.
+			return fieldError("Prune.MinAge", "%s is under the floor of %s for releasing host-local reservations: "+
+				"the runtime lists a sandbox only after its ADD, which may take minutes", c.Prune.MinAge, HostLocalMinAge)
 		}
 		for _, dir := range c.Prune.HostLocalDirs {
 			if !filepath.IsAbs(dir) {
