@@ -48,6 +48,14 @@ func TestValidateFields(t *testing.T) {
 			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
 			c.Prune.MinAge, c.AllowShortIntervals = 0, true
 		}, ""},
+		{"runtime cache relative", func(c *Config) { c.Prune.RuntimeDir = "var/lib/cni/results" }, "Prune.RuntimeDir"},
+		{"runtime cache without DEL, api liveness", func(c *Config) { c.Prune.RuntimeDir = "/var/lib/cni/results" }, ""},
+		{"runtime cache DEL with api liveness", func(c *Config) {
+			c.Prune.RuntimeDir, c.CNIDel = "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
+		}, "Prune.RuntimeDir"},
+		{"runtime cache DEL with both", func(c *Config) {
+			c.Liveness, c.Prune.RuntimeDir, c.CNIDel = LivenessBoth, "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
+		}, ""},
 		{"host-local release of a relative directory", func(c *Config) {
 			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},

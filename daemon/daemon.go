@@ -230,6 +230,18 @@ func (c Config) Validate() error {
 			return fieldError("Prune.HostLocalNetworks", "name the networks whose reservations only Kubernetes' pods hold")
 		}
 	}
+	if c.Prune.RuntimeDir != "" {
+		if !filepath.IsAbs(c.Prune.RuntimeDir) {
+			return fieldError("Prune.RuntimeDir", "%q is not an absolute path", c.Prune.RuntimeDir)
+		}
+		if c.CNIDel != nil && !c.Liveness.Runtime() {
+			// A pod force-deleted from the API server may still run: the
+			// DEL of its runtime cache file would take its primary address
+			// from under it, and the runtime sends that DEL itself when it
+			// stops the sandbox. Only the runtime can say it is gone.
+			return fieldError("Prune.RuntimeDir", "replaying CNI DEL from the runtime's own cache needs sandbox liveness from the container runtime: --liveness=cri or both")
+		}
+	}
 	if len(c.Prune.HostLocalNetworks) > 0 && len(c.Prune.HostLocalDirs) == 0 {
 		return fieldError("Prune.HostLocalNetworks", "has no effect without --release-host-local-dir")
 	}

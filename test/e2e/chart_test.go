@@ -257,6 +257,18 @@ func TestChartRender(t *testing.T) {
 		if !hasHostPathMount(spec, "/var/lib/cni/results", "/var/lib/cni/results", false) {
 			t.Error("no read-write hostPath /var/lib/cni/results at the same path")
 		}
+		// Its DELs are the pods' primary network's: only with the
+		// runtime's word that the sandbox is gone.
+		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			"--set", "daemon.runtimeCacheDir=/var/lib/cni/results", "--set", "cniDel.enabled=true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "set daemon.liveness to cri or both") {
+			t.Errorf("runtimeCacheDir with cniDel and api liveness rendered: %v\n%s", err, out)
+		}
+		_, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results",
+			"--set", "cniDel.enabled=true", "--set", "daemon.liveness=both")), "rel-sweep")
+		if !slices.Contains(c.Args, "--cni-del") {
+			t.Errorf("daemon args %v lack --cni-del", c.Args)
+		}
 	})
 
 	t.Run("cri liveness, not reboot-aware", func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -255,6 +256,9 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
+	// The DEL of a runtime cache file is the pod's primary network's: it
+	// runs only with the runtime's word that the sandbox is gone.
+	rt := fakecri.Start(t)
 
 	suffix := randHex(t, 3)
 	tmp := t.TempDir()
@@ -307,6 +311,7 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 		return p
 	}
 	live, gone := add("live"), add("gone")
+	rt.SetSandboxes(live.sandbox)
 	deletePod(t, cs, "default", "gone")
 	file := func(p *cniPod) string { return filepath.Join(results, network+"-"+p.sandbox+"-eth0") }
 	allocated := func(p *cniPod) bool { return framework.Exists(filepath.Join(dataDir, network, p.ips[0])) }
@@ -314,6 +319,7 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 	prune := func(t *testing.T, args ...string) (attempted, succeeded int) {
 		t.Helper()
 		stdout, stderr, code := runCmd(t, exec.Command(sweepd, append([]string{"prune", "--node-name=node-a", "--kubeconfig=" + cp.Kubeconfig,
+			"--liveness=both", "--cri-endpoint=" + rt.Endpoint, "--cri-timeout=2s",
 			"--multus-dir=" + multus, "--runtime-cache-dir=" + results, "--min-age=0s", "--allow-short-intervals", "--cni-del", "--cni-bin-dir=" + binDir,
 			"--output=json"}, args...)...))
 		if code != 0 {
@@ -327,6 +333,17 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 		}
 		return sum.CNIDel.Attempted, sum.CNIDel.Succeeded
 	}
+
+	t.Run("refused with the API server's view alone", func(t *testing.T) {
+		stdout, stderr, code := runCmd(t, exec.Command(sweepd, "prune", "--node-name=node-a", "--kubeconfig="+cp.Kubeconfig,
+			"--multus-dir="+multus, "--runtime-cache-dir="+results, "--min-age=0s", "--allow-short-intervals", "--cni-del", "--cni-bin-dir="+binDir))
+		if code != 2 || !strings.Contains(stderr, "--runtime-cache-dir") {
+			t.Fatalf("exit %d, want 2 naming --runtime-cache-dir\n%s%s", code, stdout, stderr)
+		}
+		if !framework.Exists(file(gone)) || !allocated(gone) {
+			t.Error("the refused run released the deleted pod's attachment or removed its file")
+		}
+	})
 
 	t.Run("dry run runs no DEL", func(t *testing.T) {
 		if a, s := prune(t, "--dry-run"); a != 1 || s != 0 {
