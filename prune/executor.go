@@ -701,6 +701,13 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 	}
 	if d.Remove {
 		w.name, w.sandbox = name, re.Cache.ContainerID
+		if _, ok := ParseSandboxID(w.sandbox); !ok {
+			// Without a containerId, the sandbox the name carries: two
+			// files of one sandbox must not DEL at once either way.
+			if id, ok := SandboxIDFromResultsName(name); ok {
+				w.sandbox = id.String()
+			}
+		}
 		d = w.remove(dirfd, name, st, d)
 	}
 	if d.Reason == reasonVanished {
