@@ -318,6 +318,10 @@ type executor struct {
 	// directory, for the boot record; a reservation must be kept for
 	// every file left, whatever another cache lacks.
 	named map[SandboxID]struct{}
+	// dryNamed, in a dry run with DEL replay, holds the sandboxes of the
+	// results files it would DEL and remove (dryRunNamed).
+	dryMu    sync.Mutex
+	dryNamed map[SandboxID]struct{}
 }
 
 // maxRemovalLogs is how many removals a real run logs at info level, each
@@ -455,7 +459,23 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		}
 	}
 	sum.kept = kept
+	for id := range e.dryNamed {
+		e.named[id] = struct{}{}
+	}
 	return nil
+}
+
+// dryRunNamed records the sandboxes of a results file that a dry run with
+// DEL replay would release and remove (named); the workers call it at once.
+func (e *executor) dryRunNamed(ids []SandboxID) {
+	e.dryMu.Lock()
+	defer e.dryMu.Unlock()
+	if e.dryNamed == nil {
+		e.dryNamed = map[SandboxID]struct{}{}
+	}
+	for _, id := range ids {
+		e.dryNamed[id] = struct{}{}
+	}
 }
 
 // runCache prunes one cache directory and returns the sandboxes its results
@@ -718,6 +738,11 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		for _, id := range re.Sandboxes() {
 			w.referenced[id] = struct{}{}
 		}
+	} else if w.e.opts.DryRun && w.e.opts.Release != nil {
+		// A real run's DEL of this file releases the sandbox's
+		// reservations itself, or fails and keeps the file: either way the
+		// reservations' phase of a dry run must not count them as its own.
+		w.e.dryRunNamed(re.Sandboxes())
 	}
 	if err == nil {
 		w.left(st, d)

@@ -164,6 +164,18 @@ func TestRunReleasesReservations(t *testing.T) {
 		left:     "10.1.0.2 10.1.0.4 last_reserved_ip.0 lock",
 		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonTooYoung: 1},
 	}, {
+		name: "a dry run with DEL replay leaves its DELs their reservations",
+		// A real run would DEL the named sandbox's files, and host-local's
+		// DEL would release its reservation, or a failed DEL keep the files:
+		// the dry run's count must not claim that reservation as its own.
+		criAlone: true,
+		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+			o.DryRun, o.Release = true, slowReleaser{}
+		},
+		released: 1,
+		left:     "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
+		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1},
+	}, {
 		name: "legacy content, the ID alone",
 		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
 			writeReservation(t, rt.net, "10.1.0.5", rt.old, time.Now().Add(-time.Hour))
