@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -437,31 +438,26 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 	if !e.synced() {
 		return ErrNotSynced
 	}
-	// The sandboxes named by every results file left, of every cache, for
-	// the boot record; nil once a cache's results could not all be read.
-	kept := map[SandboxID]struct{}{}
+	// e.named collects the sandboxes that the results files left name, of
+	// every cache; the boot record takes them only when every cache's
+	// results could be read.
+	complete := true
 	for _, c := range e.caches {
 		sum.startCache(c.name, c.dir)
 		referenced, err := e.runCache(ctx, c, sum)
 		if err != nil {
 			return err
 		}
-		for id := range referenced {
-			e.named[id] = struct{}{}
-		}
 		if referenced == nil {
-			kept = nil
+			complete = false
 		}
-		if kept != nil {
-			for id := range referenced {
-				kept[id] = struct{}{}
-			}
-		}
+		maps.Copy(e.named, referenced)
 	}
-	sum.kept = kept
-	for id := range e.dryNamed {
-		e.named[id] = struct{}{}
+	if complete {
+		// Before a dry run's would-be DELs join: the record is of files left.
+		sum.kept = maps.Clone(e.named)
 	}
+	maps.Copy(e.named, e.dryNamed)
 	return nil
 }
 

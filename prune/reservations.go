@@ -260,12 +260,9 @@ func (e *executor) stopped(ctx context.Context) error {
 // files are neither opened nor locked. They are counted and listed so that
 // a network left out by mistake shows.
 func (e *executor) otherNetwork(parent int, dataDir, network string, rc *ReservationCounts) error {
-	dir, err := openDir(parent, network)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open %s: %w", filepath.Join(dataDir, network), err)
+	dir, err := openNetwork(parent, dataDir, network)
+	if dir == nil {
+		return err
 	}
 	defer dir.Close()
 	names, err := dir.Readdirnames(-1)
@@ -282,14 +279,24 @@ func (e *executor) otherNetwork(parent int, dataDir, network string, rc *Reserva
 	return nil
 }
 
-// network handles the reservations of one network directory.
-func (e *executor) network(ctx context.Context, parent int, dataDir, network string, rc *ReservationCounts, known map[SandboxID]struct{}) error {
+// openNetwork opens the directory of a network in a data directory; nil
+// and no error when it is gone.
+func openNetwork(parent int, dataDir, network string) (*os.File, error) {
 	dir, err := openDir(parent, network)
 	if errors.Is(err, unix.ENOENT) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", filepath.Join(dataDir, network), err)
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(dataDir, network), err)
+	}
+	return dir, nil
+}
+
+// network handles the reservations of one network directory.
+func (e *executor) network(ctx context.Context, parent int, dataDir, network string, rc *ReservationCounts, known map[SandboxID]struct{}) error {
+	dir, err := openNetwork(parent, dataDir, network)
+	if dir == nil {
+		return err
 	}
 	defer dir.Close()
 	ents, err := dir.ReadDir(-1)

@@ -351,72 +351,82 @@ func equalCounts(got, want map[prune.Reason]int) bool {
 // that completed, nothing is released.
 func TestRunReservationsFailClosed(t *testing.T) {
 	const all = "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock"
-	t.Run("no runtime view", func(t *testing.T) {
-		rt := newReservationTree(t)
-		o := rt.opts()
-		o.Sandboxes = nil
-		if _, err := prune.Run(t.Context(), rt.pods, o); !errors.Is(err, prune.ErrReservationsNeedRuntime) {
-			t.Fatalf("err %v", err)
-		}
-		if got := rt.left(t); got != all {
-			t.Errorf("left %q", got)
-		}
-	})
-	t.Run("no network named", func(t *testing.T) {
-		rt := newReservationTree(t)
-		o := rt.opts()
-		o.HostLocalNetworks = nil
-		if _, err := prune.Run(t.Context(), rt.pods, o); !errors.Is(err, prune.ErrReservationsNeedNetworks) {
-			t.Fatalf("err %v", err)
-		}
-		if got := rt.left(t); got != all {
-			t.Errorf("left %q", got)
-		}
-	})
-	t.Run("view not synced", func(t *testing.T) {
-		rt := newReservationTree(t)
-		o := rt.opts()
-		s := newSandboxes(rt.live)
-		s.n.Store(0)
-		o.Sandboxes = s
-		if _, err := prune.Run(t.Context(), rt.pods, o); !errors.Is(err, prune.ErrNotSynced) {
-			t.Fatalf("err %v", err)
-		}
-		if got := rt.left(t); got != all {
-			t.Errorf("left %q", got)
-		}
-	})
-	t.Run("view goes stale before the release", func(t *testing.T) {
-		rt := newReservationTree(t)
-		o := rt.opts()
-		// Synced for the prune's checks (one at its start; it removes
-		// nothing), then stale at the release's.
-		s := newSandboxes(rt.live)
-		s.n.Store(1)
-		o.Sandboxes = s
-		sum, err := prune.Run(t.Context(), rt.pods, o)
-		if !errors.Is(err, prune.ErrNotSynced) {
-			t.Fatalf("err %v", err)
-		}
-		if got := rt.left(t); got != all {
-			t.Errorf("left %q", got)
-		}
-		if sum.Reservations.Kept[prune.ReasonViewStale] == 0 || sum.Reservations.Released != 0 {
-			t.Errorf("counts %+v", sum.Reservations)
-		}
-	})
-	t.Run("prune stopped", func(t *testing.T) {
-		rt := newReservationTree(t)
-		o := rt.opts()
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		if _, err := prune.Run(ctx, rt.pods, o); err == nil {
-			t.Fatal("no error")
-		}
-		if got := rt.left(t); got != all {
-			t.Errorf("left %q", got)
-		}
-	})
+	tests := []struct {
+		name string
+		// mod changes the options and may give the run its context.
+		mod     func(t *testing.T, rt *reservationTree, o *prune.Options) context.Context
+		wantErr error // nil: any error
+		check   func(t *testing.T, sum *prune.Summary)
+	}{{
+		name: "no runtime view",
+		mod: func(_ *testing.T, _ *reservationTree, o *prune.Options) context.Context {
+			o.Sandboxes = nil
+			return nil
+		},
+		wantErr: prune.ErrReservationsNeedRuntime,
+	}, {
+		name: "no network named",
+		mod: func(_ *testing.T, _ *reservationTree, o *prune.Options) context.Context {
+			o.HostLocalNetworks = nil
+			return nil
+		},
+		wantErr: prune.ErrReservationsNeedNetworks,
+	}, {
+		name: "view not synced",
+		mod: func(_ *testing.T, rt *reservationTree, o *prune.Options) context.Context {
+			s := newSandboxes(rt.live)
+			s.n.Store(0)
+			o.Sandboxes = s
+			return nil
+		},
+		wantErr: prune.ErrNotSynced,
+	}, {
+		name: "view goes stale before the release",
+		mod: func(_ *testing.T, rt *reservationTree, o *prune.Options) context.Context {
+			// Synced for the prune's checks (one at its start; it removes
+			// nothing), then stale at the release's.
+			s := newSandboxes(rt.live)
+			s.n.Store(1)
+			o.Sandboxes = s
+			return nil
+		},
+		wantErr: prune.ErrNotSynced,
+		check: func(t *testing.T, sum *prune.Summary) {
+			if sum.Reservations.Kept[prune.ReasonViewStale] == 0 || sum.Reservations.Released != 0 {
+				t.Errorf("counts %+v", sum.Reservations)
+			}
+		},
+	}, {
+		name: "prune stopped",
+		mod: func(t *testing.T, _ *reservationTree, _ *prune.Options) context.Context {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := newReservationTree(t)
+			o := rt.opts()
+			ctx := tt.mod(t, rt, &o)
+			if ctx == nil {
+				ctx = t.Context()
+			}
+			sum, err := prune.Run(ctx, rt.pods, o)
+			switch {
+			case tt.wantErr == nil && err == nil:
+				t.Fatal("no error")
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Fatalf("err %v", err)
+			}
+			if got := rt.left(t); got != all {
+				t.Errorf("left %q", got)
+			}
+			if tt.check != nil {
+				tt.check(t, sum)
+			}
+		})
+	}
 }
 
 // holdLock takes host-local's lock of dir as host-local does, from another

@@ -157,10 +157,11 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		}
 		// A missing cache directory is said at once, not after waiting for
 		// the API server.
-		for _, d := range []struct{ flag, dir string }{{"multus-dir", cfg.Prune.Dir}, {"runtime-cache-dir", cfg.Prune.RuntimeDir}} {
-			if d.dir == "" && d.flag != "multus-dir" {
-				continue
-			}
+		dirs := []struct{ flag, dir string }{{"multus-dir", cfg.Prune.Dir}}
+		if cfg.Prune.RuntimeDir != "" {
+			dirs = append(dirs, struct{ flag, dir string }{"runtime-cache-dir", cfg.Prune.RuntimeDir})
+		}
+		for _, d := range dirs {
 			if fi, err := os.Stat(d.dir); err != nil || !fi.IsDir() {
 				if err == nil {
 					err = errors.New("not a directory")

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
@@ -55,12 +56,11 @@ func randHex(t testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// TestCNIDelEndToEnd makes real attachments with the real bridge and
-// host-local plugins in real network namespaces, loses some pods without
-// CNI DEL (some with their namespace, as after a reboot), and checks that
-// `sweepd prune --cni-del` releases exactly their IPs and host interfaces,
-// retries a failed DEL, respects its cap and runs nothing in a dry run.
-func TestCNIDelEndToEnd(t *testing.T) {
+// startCNITest starts what a test of real attachments needs: root, for
+// network namespaces, bridges and veths; the CNI plugins' directory; sweepd;
+// and a control plane whose default namespace takes pods.
+func startCNITest(t *testing.T) (binDir, sweepd string, cp *controlplane.ControlPlane, cs kubernetes.Interface) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root: network namespaces, bridges and veths")
 	}
@@ -68,10 +68,20 @@ func TestCNIDelEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweepd := testbin.Build(t, "./cmd/sweepd")
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
+	sweepd = testbin.Build(t, "./cmd/sweepd")
+	cp = controlplane.Start(t)
+	cs = cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
+	return binDir, sweepd, cp, cs
+}
+
+// TestCNIDelEndToEnd makes real attachments with the real bridge and
+// host-local plugins in real network namespaces, loses some pods without
+// CNI DEL (some with their namespace, as after a reboot), and checks that
+// `sweepd prune --cni-del` releases exactly their IPs and host interfaces,
+// retries a failed DEL, respects its cap and runs nothing in a dry run.
+func TestCNIDelEndToEnd(t *testing.T) {
+	binDir, sweepd, cp, cs := startCNITest(t)
 
 	suffix := randHex(t, 3)
 	tmp := t.TempDir()

@@ -15,9 +15,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sweep-k8s/sweep/test/framework"
-	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
-	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 // TestReleaseHostLocalEndToEnd makes real reservations with the real bridge
@@ -31,17 +29,7 @@ import (
 // same data directory); that it waits for host-local's lock; and that the
 // real host-local then hands the address out again.
 func TestReleaseHostLocalEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: network namespaces, bridges and veths")
-	}
-	binDir, err := controlplane.CNIBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweepd := testbin.Build(t, "./cmd/sweepd")
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	binDir, sweepd, cp, cs := startCNITest(t)
 	rt := fakecri.Start(t)
 
 	suffix := randHex(t, 3)

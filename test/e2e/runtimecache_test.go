@@ -245,17 +245,7 @@ func TestRuntimeCacheEndToEnd(t *testing.T) {
 // deleted pod's address and host interface are released and its file goes;
 // the live pod's stay; a dry run runs no DEL (issue 28).
 func TestCNIDelRuntimeCache(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: network namespaces, bridges and veths")
-	}
-	binDir, err := controlplane.CNIBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweepd := testbin.Build(t, "./cmd/sweepd")
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	binDir, sweepd, cp, cs := startCNITest(t)
 	// The DEL of a runtime cache file is the pod's primary network's: it
 	// runs only with the runtime's word that the sandbox is gone.
 	rt := fakecri.Start(t)
