@@ -2,6 +2,7 @@ package prune_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -156,9 +157,18 @@ func TestReleasePacing(t *testing.T) {
 // TestReleaseConcurrency: at most ReleaseConcurrency DELs at once, and that
 // many do run at once; never two for one sandbox.
 func TestReleaseConcurrency(t *testing.T) {
-	for _, conc := range []int{1, 3} {
-		t.Run(fmt.Sprint(conc), func(t *testing.T) {
+	for _, tc := range []struct {
+		conc int
+		// noContainerID strips containerId from the results files: then
+		// only their names say which sandbox they are of.
+		noContainerID bool
+	}{{conc: 1}, {conc: 3}, {conc: 3, noContainerID: true}} {
+		conc := tc.conc
+		t.Run(fmt.Sprint(conc, " no containerId ", tc.noContainerID), func(t *testing.T) {
 			dir := staleSandboxes(t, 8)
+			if tc.noContainerID {
+				stripContainerID(t, filepath.Join(dir, "results"))
+			}
 			reached := make(chan struct{})
 			var once sync.Once
 			rel := &countingReleaser{gate: func(n int) {
@@ -188,6 +198,40 @@ func TestReleaseConcurrency(t *testing.T) {
 				t.Errorf("%d DELs at once for one sandbox", rel.maxSame)
 			}
 		})
+	}
+}
+
+// stripContainerID removes the containerId of every results file in dir.
+func stripContainerID(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]any
+		data, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(data, &f)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(f, "containerId")
+		if data, err = json.Marshal(f); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
