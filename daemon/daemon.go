@@ -124,6 +124,12 @@ type Config struct {
 	// CNIDelRate is how many CNI DELs may start per second, over all the
 	// runs of the daemon (0: unpaced), unless Prune.ReleaseRate is set.
 	CNIDelRate float64
+	// CNIDelYield is how long no CNI DEL starts after a pod is bound to
+	// the node, so that the CNI ADD of its sandbox never waits for one on
+	// an IPAM lock (DefaultCNIDelYield; 0: DELs never wait), unless
+	// Prune.ReleaseGate is set. The daemon learns of new pods from its
+	// view of the node's pods, so with api or both liveness only.
+	CNIDelYield time.Duration
 	// Uninstall, when set, runs the uninstall cleanup (package uninstall)
 	// next to the prune, unless WithUninstall injected one: its NodeName
 	// and StateDir are the daemon's, and it needs API server access, so not
@@ -276,6 +282,9 @@ func (c Config) Validate() error {
 	if c.CNIDelRate < 0 {
 		return fieldError("CNIDelRate", "must not be negative")
 	}
+	if c.CNIDelYield < 0 {
+		return fieldError("CNIDelYield", "must not be negative")
+	}
 	if c.Prune.ReleaseConcurrency < 0 {
 		return fieldError("Prune.ReleaseConcurrency", "must not be negative")
 	}
@@ -405,6 +414,14 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	d.cfg.Prune.NodeName = cfg.NodeName
 	if d.cfg.Liveness.Pods() && !once {
 		d.view = newPodView(d.client, cfg.NodeName)
+		if d.cfg.Prune.Release != nil && d.cfg.Prune.ReleaseGate == nil && d.cfg.CNIDelYield > 0 {
+			g := newStartGate(d.cfg.CNIDelYield)
+			d.view.bound = g.podBound
+			d.cfg.Prune.ReleaseGate = g
+		}
+	} else if d.cfg.Prune.Release != nil && d.cfg.CNIDelYield > 0 && !once {
+		d.log.Info("CNI DELs do not yield to starting pods: with cri liveness the daemon does not watch the node's pods",
+			"cni_del_yield", d.cfg.CNIDelYield)
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
 		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,

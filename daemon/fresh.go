@@ -87,18 +87,41 @@ type freshStore struct {
 	cache.Store
 	f         *freshness
 	transform func(obj any) any
+	// added, when set, is told of each object that arrives after the first
+	// list: by the watch, or in a later list that finds it new.
+	added func(obj any)
 }
 
-func (s *freshStore) Add(obj any) error    { return s.Store.Add(s.transform(obj)) }
+func (s *freshStore) Add(obj any) error {
+	obj = s.transform(obj)
+	if err := s.Store.Add(obj); err != nil {
+		return err
+	}
+	if s.added != nil {
+		s.added(obj)
+	}
+	return nil
+}
+
 func (s *freshStore) Update(obj any) error { return s.Store.Update(s.transform(obj)) }
 
 // Replace stores a complete list and only then makes the view fresh.
 func (s *freshStore) Replace(list []any, rv string) error {
+	var arrived []any
+	relist := s.added != nil && s.f.HasSynced()
 	for i := range list {
 		list[i] = s.transform(list[i])
+		if relist {
+			if _, ok, _ := s.Store.Get(list[i]); !ok {
+				arrived = append(arrived, list[i])
+			}
+		}
 	}
 	if err := s.Store.Replace(list, rv); err != nil {
 		return err
+	}
+	for _, obj := range arrived {
+		s.added(obj)
 	}
 	s.f.setFresh()
 	return nil

@@ -94,6 +94,7 @@ type metrics struct {
 	clockFwd   prometheus.Counter
 	proven     prometheus.Gauge
 	delSeconds *prometheus.HistogramVec
+	delHeld    prometheus.Counter
 	// delLabels are the plugin and IPAM types seen so far, up to
 	// maxDELLabels: the types come from the cache files, which must not
 	// grow the series without bound.
@@ -218,6 +219,10 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 			Help:    "Duration of the CNI DELs run before removing results files (--cni-del), by the type of the network's first plugin and of its IPAM as the cached config names them (at most 16 pairs, then other); the count is the DELs run, failed ones included.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12), // 5 ms to about 10 s, the default plugin timeout
 		}, []string{"plugin", "ipam"}),
+		delHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sweep_cni_del_held_seconds_total",
+			Help: "Time the CNI DELs of the prune runs waited for pods that were bound to the node meanwhile, so as not to delay their sandboxes' CNI ADDs (--cni-del-yield); added at each run's end.",
+		}),
 		delLabels: map[[2]string]struct{}{},
 		cacheFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sweep_multus_cache_files",
@@ -312,7 +317,7 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 	m.registry.MustRegister(
 		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.runs, m.failures, m.fileErrors,
 		m.skipped,
-		m.lastSuccess, m.duration, m.delSeconds, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
+		m.lastSuccess, m.duration, m.delSeconds, m.delHeld, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
 		buildInfo, configInfo, newFilesystemCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -337,6 +342,7 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		if c := sum.CNIDel; c != nil {
 			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
 			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
+			m.delHeld.Add(c.HeldSeconds)
 		}
 		if r := sum.Reservations; r != nil && m.hlReleases != nil {
 			m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))

@@ -39,6 +39,11 @@ type podView struct {
 
 	mirrorsMu sync.Mutex
 	mirrors   map[string]struct{} // static pod UIDs that mirror pods have named
+
+	// bound, when set before run, is called for each pod that arrives in
+	// the view after its first list: a pod just bound to the node, or
+	// bound while the watch was down.
+	bound func()
 }
 
 // maxMirrors bounds the memory of mirror pods: a node runs a handful of
@@ -70,6 +75,10 @@ func newPodView(client metadata.Interface, node string) *podView {
 	store := &freshStore{Store: v.store, f: v.freshness, transform: func(obj any) any {
 		v.noteMirror(obj)
 		return slim(obj)
+	}, added: func(any) {
+		if v.bound != nil {
+			v.bound()
+		}
 	}}
 	v.reflector = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store,
 		cache.ReflectorOptions{Name: "sweep-node-pods"})

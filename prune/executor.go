@@ -73,6 +73,10 @@ type Options struct {
 	// before it starts. The caller keeps one across runs, so that a drain
 	// spread over several runs keeps one pace.
 	ReleaseRate Limiter
+	// ReleaseGate, when set, is waited for right before each Release,
+	// after the rate: no DEL starts while it is closed. The time DELs
+	// waited for it is Summary.CNIDel.HeldSeconds.
+	ReleaseGate Gate
 	// ReleaseConcurrency is how many Release calls run at once; default 1.
 	// Never two run for one sandbox. A run with Release has at least this
 	// many workers, as each waits for its own DEL.
@@ -220,6 +224,7 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		stop := e.logProgress(ctx, start)
 		err = e.run(ctx, sum)
 		stop()
+		sum.CNIDel.HeldSeconds = e.gateHeld.held().Seconds()
 	} else {
 		err = e.run(ctx, sum)
 	}
@@ -258,7 +263,8 @@ func (e *executor) logProgress(ctx context.Context, start time.Time) (stop func(
 			case <-tick.C:
 				ok, failed := e.delsSucceeded.Load(), e.delsFailed.Load()
 				e.opts.Logger.Info("cni del in progress", "elapsed_seconds", time.Since(start).Seconds(),
-					slog.Group("cni_del", "attempted", e.delsAttempted.Load(), "succeeded", ok, "failed", failed))
+					slog.Group("cni_del", "attempted", e.delsAttempted.Load(), "succeeded", ok, "failed", failed,
+						"held_seconds", e.gateHeld.held().Seconds()))
 			}
 		}
 	})
@@ -310,6 +316,8 @@ type executor struct {
 	slots chan struct{}
 	// sandboxes keeps two Release calls of one sandbox from overlapping.
 	sandboxes sandboxLocks
+	// gateHeld is the time Release calls waited at Options.ReleaseGate.
+	gateHeld heldTime
 	// named holds the sandboxes that the cache files the run left (or in
 	// a dry run would leave) name, in every cache: the results files' of
 	// multus's and the runtime's cache (by name and containerId) and the
@@ -383,6 +391,14 @@ func (w *worker) pace() (done func(), ok bool) {
 	// start, not workers queueing for a slot.
 	if e.opts.ReleaseRate != nil {
 		if err := e.opts.ReleaseRate.Wait(ctx); err != nil {
+			done()
+			return nil, false
+		}
+	}
+	// Last of all: a pod that started while this DEL waited for its turn
+	// comes first.
+	if e.opts.ReleaseGate != nil {
+		if err := e.gateHeld.wait(ctx, e.opts.ReleaseGate); err != nil {
 			done()
 			return nil, false
 		}

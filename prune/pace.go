@@ -3,6 +3,7 @@ package prune
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Limiter paces the CNI DELs of a run: Wait blocks until one more may start,
@@ -10,6 +11,50 @@ import (
 // golang.org/x/time/rate's Limiter is one; tests inject their own.
 type Limiter interface {
 	Wait(ctx context.Context) error
+}
+
+// Gate holds the CNI DELs of a run back while they would delay something
+// that matters more: the ADDs of pods starting on the node take the same
+// IPAM locks (host-local's lock file, Whereabouts' Lease), and a DEL that
+// holds one costs a new pod its wait. Wait blocks until a DEL may start, or
+// returns an error when ctx ends first. The daemon's gate closes for a
+// while after a pod is bound to the node (daemon.Config.CNIDelYield).
+type Gate interface {
+	Wait(ctx context.Context) error
+}
+
+// heldTime adds up the time during which at least one DEL waited at the
+// Gate: what yielding cost the drain, whatever the concurrency.
+type heldTime struct {
+	mu      sync.Mutex
+	waiters int
+	since   time.Time
+	total   time.Duration
+}
+
+// wait waits at g, counting the time it takes.
+func (h *heldTime) wait(ctx context.Context, g Gate) error {
+	h.mu.Lock()
+	if h.waiters == 0 {
+		h.since = time.Now()
+	}
+	h.waiters++
+	h.mu.Unlock()
+	err := g.Wait(ctx)
+	h.mu.Lock()
+	h.waiters--
+	if h.waiters == 0 {
+		h.total += time.Since(h.since)
+	}
+	h.mu.Unlock()
+	return err
+}
+
+// held returns the time counted so far.
+func (h *heldTime) held() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total
 }
 
 // sandboxLocks lets one Release at a time run per sandbox: the CNI spec

@@ -272,3 +272,97 @@ func TestReleaseCancelled(t *testing.T) {
 		t.Errorf("%d results files left, want 8", got)
 	}
 }
+
+// switchGate is a Gate closed until open is closed; it counts its waiters.
+type switchGate struct {
+	open    chan struct{}
+	waiting atomic.Int64
+}
+
+func (g *switchGate) Wait(ctx context.Context) error {
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestReleaseGate: no DEL starts while the gate is closed, each starts once
+// it opens, and the summary says how long they were held; a gate that
+// stays closed past ReleaseUntil defers the rest, as the rate does.
+func TestReleaseGate(t *testing.T) {
+	t.Run("held, then released", func(t *testing.T) {
+		dir := staleSandboxes(t, 5)
+		g := &switchGate{open: make(chan struct{})}
+		rel := &countingReleaser{}
+		type result struct {
+			sum *prune.Summary
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, ReleaseConcurrency: 2,
+			})
+			done <- result{sum, err}
+		}()
+		// A DEL waits at the gate (the other worker may wait for the same
+		// sandbox's lock): nothing runs past it.
+		deadline := time.Now().Add(30 * time.Second)
+		for g.waiting.Load() < 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("no DEL waits at the gate after 30s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		rel.mu.Lock()
+		calls := rel.calls
+		rel.mu.Unlock()
+		if calls != 0 {
+			t.Fatalf("%d DELs ran through a closed gate", calls)
+		}
+		time.Sleep(10 * time.Millisecond) // some time held, for the summary
+		close(g.open)
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.sum.CNIDel.Succeeded != 10 || resultsLeft(t, dir) != 0 {
+			t.Errorf("%d DELs succeeded, %d results files left; want 10 and 0", r.sum.CNIDel.Succeeded, resultsLeft(t, dir))
+		}
+		if r.sum.CNIDel.HeldSeconds < 0.01 {
+			t.Errorf("held %gs, want at least the 10ms the gate was closed", r.sum.CNIDel.HeldSeconds)
+		}
+	})
+	t.Run("closed past the run's end: deferred", func(t *testing.T) {
+		dir := staleSandboxes(t, 5)
+		g := &switchGate{open: make(chan struct{})}
+		rel := &countingReleaser{}
+		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+			Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, ReleaseConcurrency: 2,
+			ReleaseUntil: time.Now().Add(100 * time.Millisecond),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel.calls != 0 || sum.Kept[prune.ReasonCNIDelDeferred] != 10 || resultsLeft(t, dir) != 10 {
+			t.Errorf("%d DELs, kept %v, %d results files left; want none, 10 deferred, 10 left", rel.calls, sum.Kept, resultsLeft(t, dir))
+		}
+	})
+	t.Run("dry run: never asked", func(t *testing.T) {
+		dir := staleSandboxes(t, 2)
+		g := &switchGate{open: make(chan struct{})}
+		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+			Dir: dir, MinAge: time.Minute, Release: &countingReleaser{}, ReleaseGate: g, DryRun: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.CNIDel.Attempted != 4 || resultsLeft(t, dir) != 4 {
+			t.Errorf("dry run: %d DELs would run, %d files left; want 4 and 4", sum.CNIDel.Attempted, resultsLeft(t, dir))
+		}
+	})
+}

@@ -102,6 +102,9 @@ type CNIDelCounts struct {
 	Attempted int `json:"attempted"`
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
+	// HeldSeconds is how long the DELs waited for Options.ReleaseGate:
+	// for pods that started on the node meanwhile.
+	HeldSeconds float64 `json:"heldSeconds,omitempty"`
 }
 
 func newSummary(dir string, dryRun, cniDel bool) *Summary {

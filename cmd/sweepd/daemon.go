@@ -19,7 +19,7 @@ config appears.`,
 	schedule := fs.String("schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
 	onStart := fs.Bool("prune-on-start", true, "prune right after the first sync of the node's pods")
 	addr := fs.String("metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
-	p := addPruneFlags(cmd)
+	p := addPruneFlags(cmd, true)
 	u := addDaemonUninstallFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()

@@ -47,7 +47,7 @@ func daemonFlags() map[string]string {
 		"NodeName": "node-name", "Prune.MinAge": "min-age", "Schedule": "schedule", "Liveness": "liveness",
 		"RebootAware": "reboot-aware", "ExpectRuntime": "expect-runtime", "CRIEndpoint": "cri-endpoint", "CRITimeout": "cri-timeout",
 		"Prune.MaxReleases": "cni-del-max", "CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
-		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency",
+		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency", "CNIDelYield": "cni-del-yield",
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
@@ -57,8 +57,9 @@ func daemonFlags() map[string]string {
 }
 
 // addPruneFlags registers the prune's flags on cmd, in three sections of
-// its --help, and --kubeconfig.
-func addPruneFlags(cmd *cobra.Command) *pruneFlags {
+// its --help, and --kubeconfig; withDaemon adds those that only a daemon's
+// runs use.
+func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 	p := &pruneFlags{fs: cmd.Flags(), kube: addKubeFlags(cmd.Flags())}
 	c, o := &p.cfg, &p.cfg.Prune
 
@@ -91,6 +92,9 @@ func addPruneFlags(cmd *cobra.Command) *pruneFlags {
 	fs.Float64Var(&c.CNIDelRate, "cni-del-rate", defaultCNIDelRate, "with --cni-del, the most DELs started per second, evenly spaced (0: no limit); the daemon stops starting them shortly before its next scheduled run, which goes on with the rest")
 	fs.IntVar(&o.ReleaseConcurrency, "cni-del-concurrency", defaultCNIDelConcurrency, "with --cni-del, the most DELs running at once; never two for one sandbox")
 	fs.IntVar(&o.MaxReleases, "cni-del-max", 0, "with --cni-del, the most DELs of one run; more stale files wait for the next run (0: no limit; --cni-del-rate paces them)")
+	if withDaemon {
+		durationVar(fs, &c.CNIDelYield, "cni-del-yield", daemon.DefaultCNIDelYield, "with --cni-del and --liveness=api or both, start no DEL for this long after a pod is bound to the node, so that its sandbox's CNI ADD never waits for one on an IPAM lock (0: DELs never wait)")
+	}
 	addFlagGroup(cmd, "CNI DEL flags", fs)
 
 	fs = newFlagSet()
@@ -127,7 +131,7 @@ func pruneCommand(e *env) *cobra.Command {
 sandboxes that are gone, and report what was removed, kept and why.`,
 		Args: noArgs,
 	}
-	p := addPruneFlags(cmd)
+	p := addPruneFlags(cmd, false)
 	var output string
 	cmd.Flags().VarP(choiceValue{p: &output, choices: []string{outputTable, outputWide, outputJSON, outputYAML, outputText}},
 		"output", "o", outputUsage)

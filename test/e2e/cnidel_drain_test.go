@@ -74,3 +74,57 @@ func TestCNIDelDrainAcrossRuns(t *testing.T) {
 		t.Errorf("%d runs deferred DELs to the next, want at least 2 (30 DELs at 2/s, runs every 6s)", deferring)
 	}
 }
+
+// TestCNIDelYieldsToNewPod: a drain running with the real bridge and
+// host-local plugins starts no DEL for --cni-del-yield after a pod is bound
+// to the node, so that the ADD of its sandbox, which takes the same
+// host-local lock, never waits for one; then it goes on and finishes. The
+// pod is one the daemon learns of by its watch, after its first list.
+func TestCNIDelYieldsToNewPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: the bridge plugin's links")
+	}
+	binDir, err := controlplane.CNIBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	ensureNode(t, cs, "node-a")
+
+	dir := t.TempDir()
+	n := newDrainNet(t, dir)
+	multus := filepath.Join(dir, "multus")
+	const stale = 40
+	n.fabricate(t, multus, goneUIDs(stale))
+	// 2 DELs a second: 20 s of drain, and a yield of 10 s in its middle.
+	const yield = 10 * time.Second
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--schedule=@every 1h",
+		"--cni-del", "--cni-bin-dir="+binDir, "--cni-del-rate=2", "--cni-del-concurrency=2", "--cni-del-yield="+yield.String())
+	framework.Eventually(t, time.Minute, "the drain started", func() bool { return n.reservations(t) < stale-2 })
+
+	bound := time.Now()
+	createPod(t, cs, "default", "starting", "node-a")
+	d.waitMetric(t, "sweep_pods", 1)
+	// A DEL that started before the daemon saw the pod may still finish:
+	// give it time, then count what is left.
+	time.Sleep(2 * time.Second)
+	left := n.reservations(t)
+	if left == 0 {
+		t.Fatal("the backlog was gone before the pod was bound: nothing was tested")
+	}
+	// The daemon saw the pod after bound: until bound+yield no DEL may
+	// start, and at 2 a second a gate that did not close would show here.
+	for time.Until(bound.Add(yield)) > 500*time.Millisecond {
+		if got := n.reservations(t); got != left {
+			t.Fatalf("%d reservations released within %s of the pod's binding", left-got, time.Since(bound).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	framework.Eventually(t, 2*time.Minute, "the drain went on to the end", func() bool { return n.reservations(t) == 0 })
+	d.waitMetric(t, `sweep_prune_cni_dels_total{result="succeeded"}`, stale)
+	if held := d.metric(t, "sweep_cni_del_held_seconds_total"); held <= 0 {
+		t.Errorf("sweep_cni_del_held_seconds_total %v after a yield, want more than 0", held)
+	}
+}
