@@ -77,6 +77,8 @@ type Node struct {
 	containerd, kubelet *process
 	ctrPath             string
 	v2                  bool
+	// cniBinDir is WithCNIBinDir's directory, or "" for CNIBinDir.
+	cniBinDir string
 	// containerdPath, containerdEnv and containerdConfig are how start ran
 	// the node's containerd: StartSpareContainerd runs another the same way.
 	containerdPath   string
@@ -89,6 +91,7 @@ type Node struct {
 type nodeConfig struct {
 	containerd2 bool
 	podSubnet   string
+	cniBinDir   string
 }
 
 // NodeOption configures StartNode.
@@ -106,6 +109,13 @@ func WithContainerd2() NodeOption {
 // leave the real pods their addresses.
 func WithPodSubnet(subnet string) NodeOption {
 	return func(c *nodeConfig) { c.podSubnet = subnet }
+}
+
+// WithCNIBinDir makes the node's runtime look for its CNI plugins in dir
+// instead of CNIBinDir: a benchmark that wraps a plugin, to time its calls,
+// puts the wrapper there beside links to the others.
+func WithCNIBinDir(dir string) NodeOption {
+	return func(c *nodeConfig) { c.cniBinDir = dir }
 }
 
 // StartNode starts a node that registers with cp, waits until it is Ready and
@@ -141,6 +151,7 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		PodSubnet:      cfg.podSubnet,
 		cp:             cp,
 		v2:             cfg.containerd2,
+		cniBinDir:      cfg.cniBinDir,
 	}
 	n.RuntimeEndpoint = "unix://" + n.Socket
 	t.Cleanup(func() {
@@ -270,9 +281,12 @@ func iptablesNAT(op string, rule []string) error {
 // its CRI plugin reading CNI configurations from cniConfDir, and returns its
 // process, not started.
 func (n *Node) newContainerd(name, dir, socket, cniConfDir, configPath, logPath string) (*process, error) {
-	binDir, err := CNIBinDir()
-	if err != nil {
-		return nil, err
+	binDir := n.cniBinDir
+	if binDir == "" {
+		var err error
+		if binDir, err = CNIBinDir(); err != nil {
+			return nil, err
+		}
 	}
 	config := strings.NewReplacer(
 		"$ROOT", filepath.Join(dir, "root"), "$STATE", filepath.Join(dir, "state"),
