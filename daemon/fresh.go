@@ -112,7 +112,7 @@ func (s *freshStore) Replace(list []any, rv string) error {
 	for i := range list {
 		list[i] = s.transform(list[i])
 		if relist {
-			if _, ok, _ := s.Store.Get(list[i]); !ok {
+			if _, ok, _ := s.Get(list[i]); !ok {
 				arrived = append(arrived, list[i])
 			}
 		}

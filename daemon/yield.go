@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/metadata"
+
+	"github.com/sweep-k8s/sweep/prune"
 )
 
 // DefaultCNIDelYield is the default of Config.CNIDelYield: long enough
@@ -61,4 +65,17 @@ func (g *startGate) Wait(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// PodStartGate returns the gate of the daemon's CNI DELs
+// (Config.CNIDelYield) for a drain run outside a daemon: closed for window
+// after each pod bound to node arrives in a view of the node's pods that
+// it keeps with client until ctx ends. Pods of its first list do not
+// close it.
+func PodStartGate(ctx context.Context, client metadata.Interface, node string, window time.Duration) prune.Gate {
+	v := newPodView(client, node)
+	g := newStartGate(window)
+	v.bound = g.podBound
+	go v.run(ctx)
+	return g
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -19,8 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
 
 	"github.com/sweep-k8s/sweep/cnidel"
+	"github.com/sweep-k8s/sweep/daemon"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
@@ -137,12 +140,18 @@ func (n *drainNet) reservations(b testing.TB) int {
 // pod gone, as `sweepd prune --cni-del` does, until the backlog is gone or
 // ctx ends.
 func drain(ctx context.Context, b *testing.B, binDir, multusDir string, perSecond float64, concurrency int) (*prune.Summary, error) {
+	return drainGated(ctx, b, binDir, multusDir, perSecond, concurrency, nil)
+}
+
+// drainGated is drain with the DELs waiting for gate, if not nil, as the
+// daemon's wait for pods bound to the node (--cni-del-yield).
+func drainGated(ctx context.Context, b *testing.B, binDir, multusDir string, perSecond float64, concurrency int, gate prune.Gate) (*prune.Summary, error) {
 	b.Helper()
 	rel, err := cnidel.New(cnidel.Options{BinDirs: []string{binDir}, Parallel: concurrency})
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := prune.Options{Dir: multusDir, MinAge: time.Minute, Release: rel, ReleaseConcurrency: concurrency}
+	opts := prune.Options{Dir: multusDir, MinAge: time.Minute, Release: rel, ReleaseConcurrency: concurrency, ReleaseGate: gate}
 	if perSecond > 0 {
 		opts.ReleaseRate = rate.NewLimiter(rate.Limit(perSecond), 1)
 	}
@@ -403,34 +412,107 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 		}
 		b.ReportMetric(float64(dels)/took.Seconds(), "DEL/s")
 	})
+	// New pods: each is bound to the node in the API server, lead before
+	// its ADD (the kubelet's time from the binding to the sandbox's CNI
+	// ADD: it mounts the pod's volumes first, and looks again every 300 ms
+	// until they are), and the next one comes spacing after the last. With
+	// --cni-del-yield the drain's view of the node's pods sees each binding
+	// and holds its DELs for the window: 3 s here where the daemon's
+	// default is 30 s, long enough for the ADD to get Whereabouts' Lease
+	// from the DELs already running; a pod every 4 s with a window of 3 s
+	// stands for a node that starts one every 40 s with the default, 2,160
+	// a day. The drain's backlog is in a range (an IPPool) of its own, the
+	// new pods' in another: Whereabouts' Lease is one for every range, and
+	// the ADDs of a pool that stays small keep their speed.
+	mc, err := metadata.NewForConfig(cp.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ensureServiceAccount(b, cs, "default")
+	const (
+		node    = "wb-bench-node"
+		window  = 3 * time.Second
+		spacing = 4 * time.Second
+		perMode = 60
+	)
 	for _, mode := range []struct {
 		name        string
 		perSecond   float64
 		concurrency int
+		yield       bool
+		lead        time.Duration
+		spaced      bool
 	}{
-		{name: "idle"}, {name: "drain-rate=10-concurrency=2", perSecond: 10, concurrency: 2},
-		{name: "drain-rate=2-concurrency=1", perSecond: 2, concurrency: 1},
-		{name: "drain-rate=0.5-concurrency=1", perSecond: 0.5, concurrency: 1}, {name: "idle-again"},
+		{name: "idle", lead: 300 * time.Millisecond, spaced: true},
+		// The defaults before --cni-del-yield; its ADDs come one after the
+		// other, as an ADD that loses the Lease to new DELs for seconds
+		// would spread fewer of them over the drain.
+		{name: "drain-rate=10-concurrency=2-no-yield", perSecond: 10, concurrency: 2, lead: 300 * time.Millisecond},
+		// A second DEL waiting for Whereabouts' Lease may take it after
+		// the binding, when the ADD is about to want it.
+		{name: "drain-rate=10-concurrency=2-yield", perSecond: 10, concurrency: 2, yield: true, lead: 300 * time.Millisecond, spaced: true},
+		{name: "drain-defaults", perSecond: 10, concurrency: 1, yield: true, lead: 300 * time.Millisecond, spaced: true},
+		// A pod without volumes: the kubelet makes its sandbox at once.
+		{name: "drain-defaults-lead=20ms", perSecond: 10, concurrency: 1, yield: true, lead: 20 * time.Millisecond, spaced: true},
+		{name: "idle-again", lead: 300 * time.Millisecond, spaced: true},
 	} {
 		b.Run("add/"+mode.name, func(b *testing.B) {
-			var lat []time.Duration
+			var (
+				lat     []time.Duration
+				dels    int
+				held    float64
+				drained time.Duration
+				ranOut  int
+			)
 			for b.Loop() {
 				dir := b.TempDir()
 				multus := filepath.Join(dir, "multus")
 				var wg sync.WaitGroup
 				ctx, cancel := context.WithCancel(b.Context())
-				netConf := newNet()
-				// The same backlog in the pool idle or not.
-				backlog(netConf, multus, 2*stale)
 				if mode.concurrency > 0 {
+					// Enough for the drain not to run out before the ADDs
+					// end: about 8 DELs a second unheld.
+					backlog(newNet(), multus, 6*stale)
+					var gate prune.Gate
+					if mode.yield {
+						gate = daemon.PodStartGate(ctx, mc, node, window)
+					}
 					wg.Go(func() {
-						if _, err := drain(ctx, b, binDir, multus, mode.perSecond, mode.concurrency); err != nil && ctx.Err() == nil {
+						start := time.Now()
+						sum, err := drainGated(ctx, b, binDir, multus, mode.perSecond, mode.concurrency, gate)
+						drained += time.Since(start)
+						if err != nil && ctx.Err() == nil {
 							b.Error(err)
 						}
+						if sum.CNIDel.Succeeded >= 6*stale {
+							// The last ADDs met no drain: the figures flatter it.
+							ranOut++
+						}
+						dels += sum.CNIDel.Succeeded
+						held += sum.CNIDel.HeldSeconds
 					})
-					time.Sleep(time.Second)
+					time.Sleep(time.Second) // the drain under way, the view listed
 				}
-				lat = append(lat, adds(netConf, filepath.Join(dir, "adds"), stale)...)
+				netConf := newNet()
+				cacheDir := filepath.Join(dir, "adds")
+				for i := range perMode {
+					next := time.Now().Add(spacing)
+					name := fmt.Sprintf("wb-%s-%d", randHex(b, 3), i)
+					if _, err := cs.CoreV1().Pods("default").Create(b.Context(), &corev1.Pod{
+						ObjectMeta: metav1.ObjectMeta{Name: name},
+						Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+					}, metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					time.Sleep(mode.lead)
+					lat = append(lat, adds(netConf, cacheDir, 1)...)
+					if err := cs.CoreV1().Pods("default").Delete(b.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+						b.Fatal(err)
+					}
+					if mode.spaced {
+						time.Sleep(time.Until(next))
+					}
+				}
 				cancel()
 				wg.Wait()
 			}
@@ -438,7 +520,15 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
 			b.ReportMetric(pct(0.50), "ADD-p50-ms")
 			b.ReportMetric(pct(0.99), "ADD-p99-ms")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "ADD-max-ms")
+			// An ADD that met a DEL on the Lease waited its retry period.
+			b.ReportMetric(float64(len(lat)-sort.Search(len(lat), func(i int) bool { return lat[i] >= 500*time.Millisecond })), "ADDs-over-500ms")
 			b.ReportMetric(float64(len(lat)), "ADDs")
+			if mode.concurrency > 0 {
+				b.ReportMetric(float64(dels)/drained.Seconds(), "DEL/s")
+				b.ReportMetric(held/drained.Seconds(), "held-fraction")
+				b.ReportMetric(float64(ranOut), "backlog-ran-out")
+			}
 		})
 	}
 }
