@@ -31,13 +31,14 @@ type pruneFlags struct {
 // The defaults of --cni-del-rate and --cni-del-concurrency, from the
 // measurements in docs/measurements.md: a backlog of 200,000 DELs drains in
 // under six hours, and the ADDs of new pods on a bridge + host-local network
-// stay within the noise of idle. Two at once, so that one slow plugin
-// (Whereabouts waits for its Lease; a hung one for the timeout) does not
-// hold the rate back. Whereabouts' ADDs feel any concurrent DEL in their
-// p99 whatever the rate (docs/cni-del.md).
+// stay within the noise of idle. One at a time: host-local keeps up with the
+// rate alone (50 DELs a second), and Whereabouts runs its DELs one after the
+// other on its Lease anyway, where a second DEL waiting for it takes it
+// after a pod's binding and makes the pod's ADD wait half a second despite
+// --cni-del-yield.
 const (
 	defaultCNIDelRate        = 10
-	defaultCNIDelConcurrency = 2
+	defaultCNIDelConcurrency = 1
 )
 
 // daemonFlags maps the fields of daemon.Config to the flags of `prune` and

@@ -436,7 +436,7 @@ func TestChartRender(t *testing.T) {
 			}
 		}
 		// CNI DEL replay (issue 10): its flags, and what the plugins need.
-		for _, want := range []string{"--cni-del", "--cni-bin-dir=/opt/cni/bin", "--cni-del-timeout=5s", "--cni-del-rate=2.5", "--cni-del-concurrency=3", "--cni-del-max=200"} {
+		for _, want := range []string{"--cni-del", "--cni-bin-dir=/opt/cni/bin", "--cni-del-timeout=5s", "--cni-del-rate=2.5", "--cni-del-concurrency=3", "--cni-del-max=200", "--cni-del-yield=45s"} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("daemon args %v lack %s", c.Args, want)
 			}
