@@ -391,8 +391,7 @@ func cachesOf(sum *prune.Summary) []*prune.CacheSummary {
 	if len(sum.Caches) > 0 {
 		return sum.Caches
 	}
-	return []*prune.CacheSummary{{Name: prune.CacheMultus, Dir: sum.Dir, Scanned: sum.Scanned, Removed: sum.Removed,
-		RemovedBy: sum.RemovedBy, Kept: sum.Kept, Vanished: sum.Vanished, Errors: sum.Errors}}
+	return []*prune.CacheSummary{{Name: prune.CacheMultus, Dir: sum.Dir, FileCounts: sum.FileCounts}}
 }
 
 // observeDEL records one CNI DEL as it ends, so that a long drain shows its

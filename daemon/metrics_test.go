@@ -24,12 +24,14 @@ func summary(dryRun bool, scanned, errs int, removedBy map[prune.Reason]int) *pr
 		removed += n
 	}
 	return &prune.Summary{
-		DryRun:    dryRun,
-		Scanned:   map[prune.Phase]int{prune.PhaseResults: scanned},
-		Removed:   map[prune.Phase]int{prune.PhaseResults: removed},
-		RemovedBy: removedBy,
-		Kept:      map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
-		Errors:    errs,
+		DryRun: dryRun,
+		FileCounts: prune.FileCounts{
+			Scanned:   map[prune.Phase]int{prune.PhaseResults: scanned},
+			Removed:   map[prune.Phase]int{prune.PhaseResults: removed},
+			RemovedBy: removedBy,
+			Kept:      map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
+			Errors:    errs,
+		},
 	}
 }
 
@@ -188,10 +190,10 @@ func TestMetricsReservations(t *testing.T) {
 // when it is pruned.
 func TestMetricsPerCache(t *testing.T) {
 	cache := func(name prune.CacheName, scanned, removed int, bytes int64) *prune.CacheSummary {
-		return &prune.CacheSummary{Name: name,
+		return &prune.CacheSummary{Name: name, FileCounts: prune.FileCounts{
 			Scanned: map[prune.Phase]int{prune.PhaseResults: scanned}, Removed: map[prune.Phase]int{prune.PhaseResults: removed},
 			RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: removed}, Kept: map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
-			Vanished: map[prune.Phase]int{}, DiskBytes: bytes}
+			Vanished: map[prune.Phase]int{}}, DiskBytes: bytes}
 	}
 	for _, tc := range []struct {
 		name         string
@@ -223,8 +225,8 @@ func TestMetricsPerCache(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMetrics(t.TempDir(), nil, false, metricsConfig{runtimeCache: tc.runtimeCache})
-			sum := &prune.Summary{Scanned: map[prune.Phase]int{}, Removed: map[prune.Phase]int{}, RemovedBy: map[prune.Reason]int{},
-				Kept: map[prune.Reason]int{}, Caches: tc.caches}
+			sum := &prune.Summary{FileCounts: prune.FileCounts{Scanned: map[prune.Phase]int{}, Removed: map[prune.Phase]int{},
+				RemovedBy: map[prune.Reason]int{}, Kept: map[prune.Reason]int{}}, Caches: tc.caches}
 			m.observe(sum, nil)
 			got := gatherSeries(t, m)
 			for series, want := range tc.want {

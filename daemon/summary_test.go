@@ -26,15 +26,18 @@ func TestSummaryAttrs(t *testing.T) {
 		{
 			name: "real run",
 			sum: &prune.Summary{
-				Scanned:   map[prune.Phase]int{prune.PhaseResults: 4, prune.PhaseScratch: 2, prune.PhaseOther: 1},
-				Removed:   map[prune.Phase]int{prune.PhaseResults: 2, prune.PhaseScratch: 1},
-				RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonOrphanScratch: 1},
-				Kept:      map[prune.Reason]int{prune.ReasonPodLive: 2, prune.ReasonSandboxReferenced: 1, prune.ReasonOtherName: 1},
-				CNIDel:    &prune.CNIDelCounts{Attempted: 2, Succeeded: 1, Failed: 1},
+				FileCounts: prune.FileCounts{
+					Scanned:   map[prune.Phase]int{prune.PhaseResults: 4, prune.PhaseScratch: 2, prune.PhaseOther: 1},
+					Removed:   map[prune.Phase]int{prune.PhaseResults: 2, prune.PhaseScratch: 1},
+					RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: 2, prune.ReasonOrphanScratch: 1},
+					Kept:      map[prune.Reason]int{prune.ReasonPodLive: 2, prune.ReasonSandboxReferenced: 1, prune.ReasonOtherName: 1},
+				},
+				CNIDel: &prune.CNIDelCounts{Attempted: 2, Succeeded: 1, Failed: 1},
 				Reservations: &prune.ReservationCounts{Scanned: 3, Released: 1,
 					Kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1}},
 				Caches: []*prune.CacheSummary{{Name: prune.CacheMultus}, {Name: prune.CacheRuntime,
-					Scanned: map[prune.Phase]int{prune.PhaseResults: 1}, Removed: map[prune.Phase]int{prune.PhaseResults: 1}, DiskBytes: 4096}},
+					FileCounts: prune.FileCounts{Scanned: map[prune.Phase]int{prune.PhaseResults: 1}, Removed: map[prune.Phase]int{prune.PhaseResults: 1}},
+					DiskBytes:  4096}},
 			},
 			want: map[string]any{
 				"dry_run": false, "removed.results": 2.0, "removed.scratch": 1.0, "scanned.other": 1.0,
@@ -48,11 +51,13 @@ func TestSummaryAttrs(t *testing.T) {
 		{
 			name: "dry run",
 			sum: &prune.Summary{
-				DryRun:          true,
-				Scanned:         map[prune.Phase]int{prune.PhaseResults: 4},
-				Removed:         map[prune.Phase]int{prune.PhaseResults: 2},
-				RemovedBy:       map[prune.Reason]int{prune.ReasonPodGone: 2},
-				Kept:            map[prune.Reason]int{prune.ReasonClockUnsettled: 2},
+				DryRun: true,
+				FileCounts: prune.FileCounts{
+					Scanned:   map[prune.Phase]int{prune.PhaseResults: 4},
+					Removed:   map[prune.Phase]int{prune.PhaseResults: 2},
+					RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: 2},
+					Kept:      map[prune.Reason]int{prune.ReasonClockUnsettled: 2},
+				},
 				CNIDel:          &prune.CNIDelCounts{Attempted: 2},
 				AgesTrustedFrom: trusted,
 				Reservations:    &prune.ReservationCounts{Scanned: 1, Released: 1, Kept: map[prune.Reason]int{}},

@@ -28,10 +28,9 @@ func newCounts() counts {
 		kept: map[Reason]int{}, vanished: map[Phase]int{}}
 }
 
-// Summary is what one prune did.
-type Summary struct {
-	Dir    string `json:"dir"`
-	DryRun bool   `json:"dryRun"`
+// FileCounts counts what a run did with the files of the caches, of one
+// cache directory (CacheSummary) or of all (Summary).
+type FileCounts struct {
 	// Scanned counts the entries looked at: "results", "scratch" and "other"
 	// (entries of the cache directory that are neither).
 	Scanned map[Phase]int `json:"scanned"`
@@ -46,6 +45,38 @@ type Summary struct {
 	Vanished map[Phase]int `json:"vanished"`
 	// Errors counts files that could not be read, checked or removed.
 	Errors int `json:"errors"`
+}
+
+func newFileCounts() FileCounts {
+	return FileCounts{Scanned: map[Phase]int{}, Removed: map[Phase]int{}, RemovedBy: map[Reason]int{},
+		Kept: map[Reason]int{}, Vanished: map[Phase]int{}}
+}
+
+// add adds a worker's counts.
+func (f *FileCounts) add(c *counts) {
+	for k, v := range c.scanned {
+		f.Scanned[k] += v
+	}
+	for k, v := range c.removed {
+		f.Removed[k] += v
+	}
+	for k, v := range c.removedBy {
+		f.RemovedBy[k] += v
+	}
+	for k, v := range c.kept {
+		f.Kept[k] += v
+	}
+	for k, v := range c.vanished {
+		f.Vanished[k] += v
+	}
+	f.Errors += c.errors
+}
+
+// Summary is what one prune did.
+type Summary struct {
+	Dir    string `json:"dir"`
+	DryRun bool   `json:"dryRun"`
+	FileCounts
 	// CNIDel counts the CNI DELs run before removals; nil unless the run
 	// had a Releaser (--cni-del).
 	CNIDel *CNIDelCounts `json:"cniDel,omitempty"`
@@ -71,14 +102,9 @@ type Summary struct {
 // CacheSummary is what one run did in one cache directory: Summary's
 // counts of its files.
 type CacheSummary struct {
-	Name      CacheName      `json:"name"`
-	Dir       string         `json:"dir"`
-	Scanned   map[Phase]int  `json:"scanned"`
-	Removed   map[Phase]int  `json:"removed"`
-	RemovedBy map[Reason]int `json:"removedBy"`
-	Kept      map[Reason]int `json:"kept"`
-	Vanished  map[Phase]int  `json:"vanished"`
-	Errors    int            `json:"errors"`
+	Name CacheName `json:"name"`
+	Dir  string    `json:"dir"`
+	FileCounts
 	// DiskBytes is the disk space (allocated blocks) of the results and
 	// scratch files left in the directory after the run (in a dry run,
 	// all of them), as the run's own stat of each saw it. Entries it did
@@ -108,9 +134,7 @@ type CNIDelCounts struct {
 }
 
 func newSummary(dir string, dryRun, cniDel bool) *Summary {
-	c := newCounts()
-	s := &Summary{Dir: dir, DryRun: dryRun, Scanned: c.scanned, Removed: c.removed, RemovedBy: c.removedBy, Kept: c.kept,
-		Vanished: c.vanished}
+	s := &Summary{Dir: dir, DryRun: dryRun, FileCounts: newFileCounts()}
 	if cniDel {
 		s.CNIDel = &CNIDelCounts{}
 	}
@@ -120,44 +144,22 @@ func newSummary(dir string, dryRun, cniDel bool) *Summary {
 // startCache starts the counts of a cache directory: add counts into it
 // from then on.
 func (s *Summary) startCache(name CacheName, dir string) {
-	c := newCounts()
-	s.Caches = append(s.Caches, &CacheSummary{Name: name, Dir: dir, Scanned: c.scanned, Removed: c.removed,
-		RemovedBy: c.removedBy, Kept: c.kept, Vanished: c.vanished})
+	s.Caches = append(s.Caches, &CacheSummary{Name: name, Dir: dir, FileCounts: newFileCounts()})
 }
 
 // add adds a worker's counts to the totals and to those of the cache it
 // worked in, the last one started.
 func (s *Summary) add(c *counts) {
-	addCounts(s.Scanned, s.Removed, s.RemovedBy, s.Kept, s.Vanished, c)
-	s.Errors += c.errors
+	s.FileCounts.add(c)
 	if n := len(s.Caches); n > 0 {
 		cs := s.Caches[n-1]
-		addCounts(cs.Scanned, cs.Removed, cs.RemovedBy, cs.Kept, cs.Vanished, c)
-		cs.Errors += c.errors
+		cs.add(c)
 		cs.DiskBytes += c.diskBytes
 	}
 	if s.CNIDel != nil {
 		s.CNIDel.Attempted += c.cniDel.Attempted
 		s.CNIDel.Succeeded += c.cniDel.Succeeded
 		s.CNIDel.Failed += c.cniDel.Failed
-	}
-}
-
-func addCounts(scanned, removed map[Phase]int, removedBy, kept map[Reason]int, vanished map[Phase]int, c *counts) {
-	for k, v := range c.scanned {
-		scanned[k] += v
-	}
-	for k, v := range c.removed {
-		removed[k] += v
-	}
-	for k, v := range c.removedBy {
-		removedBy[k] += v
-	}
-	for k, v := range c.kept {
-		kept[k] += v
-	}
-	for k, v := range c.vanished {
-		vanished[k] += v
 	}
 }
 

@@ -53,14 +53,16 @@ func outputFiles(dryRun bool) []prune.File {
 // outputSummary is the summary of outputFiles.
 func outputSummary(dryRun bool) *prune.Summary {
 	return &prune.Summary{
-		Dir:       "/var/lib/cni/multus",
-		DryRun:    dryRun,
-		Scanned:   map[prune.Phase]int{prune.PhaseResults: 4, prune.PhaseScratch: 2, prune.PhaseOther: 1},
-		Removed:   map[prune.Phase]int{prune.PhaseResults: 2, prune.PhaseScratch: 1},
-		RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: 1, prune.ReasonEarlierBoot: 1, prune.ReasonOrphanScratch: 1},
-		Kept: map[prune.Reason]int{prune.ReasonPodLive: 1, prune.ReasonUnparseable: 1, prune.ReasonSandboxReferenced: 1,
-			prune.ReasonOtherName: 1},
-		Vanished: map[prune.Phase]int{},
+		Dir:    "/var/lib/cni/multus",
+		DryRun: dryRun,
+		FileCounts: prune.FileCounts{
+			Scanned:   map[prune.Phase]int{prune.PhaseResults: 4, prune.PhaseScratch: 2, prune.PhaseOther: 1},
+			Removed:   map[prune.Phase]int{prune.PhaseResults: 2, prune.PhaseScratch: 1},
+			RemovedBy: map[prune.Reason]int{prune.ReasonPodGone: 1, prune.ReasonEarlierBoot: 1, prune.ReasonOrphanScratch: 1},
+			Kept: map[prune.Reason]int{prune.ReasonPodLive: 1, prune.ReasonUnparseable: 1, prune.ReasonSandboxReferenced: 1,
+				prune.ReasonOtherName: 1},
+			Vanished: map[prune.Phase]int{},
+		},
 		Duration: 1234 * time.Millisecond,
 	}
 }
