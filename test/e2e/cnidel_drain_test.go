@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/test/framework"
-	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 // TestCNIDelDrainAcrossRuns: a backlog too big for one run at the paced
@@ -19,16 +18,7 @@ import (
 // next goes on with it, until every stale reservation is released and the
 // live pod's is not.
 func TestCNIDelDrainAcrossRuns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: the bridge plugin's links")
-	}
-	binDir, err := controlplane.CNIBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	binDir, _, cp, cs := startCNITest(t)
 	liveUID := createPod(t, cs, "default", "live", "node-a")
 
 	dir := t.TempDir()
@@ -81,16 +71,7 @@ func TestCNIDelDrainAcrossRuns(t *testing.T) {
 // host-local lock, never waits for one; then it goes on and finishes. The
 // pod is one the daemon learns of by its watch, after its first list.
 func TestCNIDelYieldsToNewPod(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: the bridge plugin's links")
-	}
-	binDir, err := controlplane.CNIBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := controlplane.Start(t)
-	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	binDir, _, cp, cs := startCNITest(t)
 	ensureNode(t, cs, "node-a")
 
 	dir := t.TempDir()

@@ -18,13 +18,13 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/daemon"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
@@ -260,9 +260,8 @@ func BenchmarkCNIDelDrain(b *testing.B) {
 		for i, mode := range modes {
 			l := lat[i]
 			slices.Sort(l)
-			pct := func(p float64) float64 { return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000 }
-			b.ReportMetric(pct(0.50), mode.name+"-ADD-p50-ms")
-			b.ReportMetric(pct(0.99), mode.name+"-ADD-p99-ms")
+			b.ReportMetric(framework.PercentileMillis(l, 0.50), mode.name+"-ADD-p50-ms")
+			b.ReportMetric(framework.PercentileMillis(l, 0.99), mode.name+"-ADD-p99-ms")
 			if mode.drain {
 				b.ReportMetric(float64(drained[i])/drainTook[i].Seconds(), mode.name+"-DEL/s")
 			}
@@ -328,15 +327,7 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 	}
 	cp := controlplane.Start(b)
 	cs := cp.Clientset(b)
-	if _, err := cs.CoreV1().Namespaces().Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
-	kubectl := tool(b, "kubectl")
-	for _, f := range whereaboutsCRDs(b) {
-		runTool(b, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", f)
-	}
-	runTool(b, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/ippools.whereabouts.cni.cncf.io", "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io")
+	installWhereabouts(b, cp, cs)
 	tmp := b.TempDir()
 	flatConf := filepath.Join(tmp, "whereabouts.conf")
 	if err := os.WriteFile(flatConf, fmt.Appendf(nil, `{"datastore":"kubernetes","kubernetes":{"kubeconfig":%q}}`, cp.Kubeconfig), 0o600); err != nil {
@@ -517,10 +508,9 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 				wg.Wait()
 			}
 			slices.Sort(lat)
-			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-			b.ReportMetric(pct(0.50), "ADD-p50-ms")
-			b.ReportMetric(pct(0.99), "ADD-p99-ms")
-			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "ADD-max-ms")
+			b.ReportMetric(framework.PercentileMillis(lat, 0.50), "ADD-p50-ms")
+			b.ReportMetric(framework.PercentileMillis(lat, 0.99), "ADD-p99-ms")
+			b.ReportMetric(framework.PercentileMillis(lat, 1), "ADD-max-ms")
 			// An ADD that met a DEL on the Lease waited its retry period.
 			b.ReportMetric(float64(len(lat)-sort.Search(len(lat), func(i int) bool { return lat[i] >= 500*time.Millisecond })), "ADDs-over-500ms")
 			b.ReportMetric(float64(len(lat)), "ADDs")

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -46,6 +47,23 @@ func whereaboutsCRDs(t testing.TB) []string {
 		files = append(files, filepath.Join(dir, "whereabouts.cni.cncf.io_"+f+".yaml"))
 	}
 	return files
+}
+
+// installWhereabouts makes what Whereabouts needs in cp's API server: its
+// CRDs, established, and kube-system, where it keeps its objects and its
+// leader Lease when its kubeconfig's context names no namespace (the
+// harness's names none).
+func installWhereabouts(t testing.TB, cp *controlplane.ControlPlane, cs kubernetes.Interface) {
+	t.Helper()
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	kubectl := tool(t, "kubectl")
+	for _, f := range whereaboutsCRDs(t) {
+		runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", f)
+	}
+	runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/ippools.whereabouts.cni.cncf.io", "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io")
 }
 
 // TestCNIDelWhereabouts makes real attachments with bridge and the real
@@ -81,18 +99,7 @@ func TestCNIDelWhereabouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Whereabouts keeps its objects and its leader Lease in the namespace
-	// of its kubeconfig's context, kube-system when it names none (the
-	// harness's names default).
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	kubectl := tool(t, "kubectl")
-	for _, f := range whereaboutsCRDs(t) {
-		runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", f)
-	}
-	runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/ippools.whereabouts.cni.cncf.io", "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io")
+	installWhereabouts(t, cp, cs)
 
 	tmp := t.TempDir()
 	multusDir := filepath.Join(tmp, "multus")

@@ -133,3 +133,10 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// PercentileMillis returns the p-th quantile (0 to 1) of sorted durations in
+// milliseconds: the one at index p×(n−1), rounded down, as the benchmarks
+// report their latencies (p 1 is the largest).
+func PercentileMillis(sorted []time.Duration, p float64) float64 {
+	return float64(sorted[int(p*float64(len(sorted)-1))].Microseconds()) / 1000
+}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -167,9 +168,8 @@ func (d *drainBench) measure(b *testing.B, reserved int) {
 	for i, mode := range modes {
 		l := lat[i]
 		slices.Sort(l)
-		pct := func(p float64) float64 { return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000 }
-		b.ReportMetric(pct(0.50), mode.name+"-RunPodSandbox-p50-ms")
-		b.ReportMetric(pct(0.99), mode.name+"-RunPodSandbox-p99-ms")
+		b.ReportMetric(framework.PercentileMillis(l, 0.50), mode.name+"-RunPodSandbox-p50-ms")
+		b.ReportMetric(framework.PercentileMillis(l, 0.99), mode.name+"-RunPodSandbox-p99-ms")
 		if mode.drain {
 			b.ReportMetric(float64(dels[i])/drainTook[i].Seconds(), mode.name+"-DEL/s")
 			b.ReportMetric(float64(early[i]), mode.name+"-rounds-drained-early")

@@ -86,10 +86,9 @@ func BenchmarkPodLeadTime(b *testing.B) {
 				l    []time.Duration
 			}{{"seen", seen}, {"ADD-start", start}, {"ADD-end", end}, {"cache", cache}} {
 				slices.Sort(d.l)
-				pct := func(p float64) float64 { return float64(d.l[int(p*float64(len(d.l)-1))].Microseconds()) / 1000 }
-				b.ReportMetric(pct(0.5), d.name+"-p50-ms")
-				b.ReportMetric(pct(0.9), d.name+"-p90-ms")
-				b.ReportMetric(pct(1), d.name+"-max-ms")
+				b.ReportMetric(framework.PercentileMillis(d.l, 0.5), d.name+"-p50-ms")
+				b.ReportMetric(framework.PercentileMillis(d.l, 0.9), d.name+"-p90-ms")
+				b.ReportMetric(framework.PercentileMillis(d.l, 1), d.name+"-max-ms")
 			}
 			b.ReportMetric(float64(len(start)), "pods")
 		})
