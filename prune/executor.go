@@ -184,6 +184,9 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	if opts.HostLocalLockWait <= 0 {
 		opts.HostLocalLockWait = DefaultLockWait
 	}
+	// start first: clockStepped measures from it, so a set between it and
+	// now, which now would not show, stops the run's removals.
+	start := time.Now()
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
 	if opts.Clock != nil {
@@ -191,7 +194,6 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 		// seen or not yet reported, and State measures both.
 		clock = opts.Clock(opts.MinAge)
 	}
-	start := time.Now()
 	e := &executor{
 		opts: opts,
 		idx:  idx,
