@@ -366,3 +366,81 @@ func TestReleaseGate(t *testing.T) {
 		}
 	})
 }
+
+// changingGate changes every results file of dir the first time it is
+// waited for, as a new ADD of the same name would while a DEL waits for
+// its turn.
+type changingGate struct {
+	once   sync.Once
+	dir    string
+	change func(t *testing.T, path string)
+	t      *testing.T
+}
+
+func (g *changingGate) Wait(context.Context) error {
+	g.once.Do(func() {
+		ents, err := os.ReadDir(g.dir)
+		if err != nil {
+			g.t.Error(err)
+			return
+		}
+		for _, e := range ents {
+			g.change(g.t, filepath.Join(g.dir, e.Name()))
+		}
+	})
+	return nil
+}
+
+// TestReleaseRechecksAfterWait: the wait for the pace and the gate comes
+// before the re-check of the file, so a file changed meanwhile (newer, or
+// another file under the name) is kept as changed and has no DEL.
+func TestReleaseRechecksAfterWait(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, path string)
+	}{
+		{name: "written again", change: func(t *testing.T, path string) {
+			now := time.Now()
+			if err := os.Chtimes(path, now, now); err != nil {
+				t.Error(err)
+			}
+		}},
+		{name: "replaced, same times", change: func(t *testing.T, path string) {
+			st, err := os.Stat(path)
+			if err == nil {
+				var data []byte
+				if data, err = os.ReadFile(path); err == nil {
+					tmp := path + ".new"
+					if err = os.WriteFile(tmp, data, 0o600); err == nil {
+						if err = os.Chtimes(tmp, st.ModTime(), st.ModTime()); err == nil {
+							err = os.Rename(tmp, path)
+						}
+					}
+				}
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// One results file: the one that waits at the gate.
+			dir := filepath.Join(t.TempDir(), "multus")
+			pod := multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}
+			if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments()[:1], time.Now().Add(-time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			rel := &countingReleaser{}
+			g := &changingGate{dir: filepath.Join(dir, "results"), change: tc.change, t: t}
+			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, Workers: 1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel.calls != 0 || sum.Kept[prune.ReasonChanged] != 1 || resultsLeft(t, dir) != 1 {
+				t.Errorf("%d DELs, kept %v, %d results files left; want none, the file kept as changed", rel.calls, sum.Kept, resultsLeft(t, dir))
+			}
+		})
+	}
+}
