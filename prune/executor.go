@@ -363,37 +363,48 @@ func (e *executor) reserveRelease() bool {
 }
 
 // pace waits until the results file being handled may have its Release:
-// its sandbox free, a concurrency slot and the rate's permission. false when
-// it may not in this run (the cap is reached, Options.ReleaseUntil passed or
-// the run ended): the file is then deferred. done gives back what pace took.
-func (w *worker) pace() (done func(), ok bool) {
+// one of the run's Release calls (MaxReleases), its sandbox free, a
+// concurrency slot and the rate's and the gate's permission. false when it
+// may not in this run (the cap is reached, Options.ReleaseUntil passed or
+// the run ended): the file is then deferred. done gives back what pace took,
+// the Release call too unless ran says that it was made.
+func (w *worker) pace() (done func(ran bool), ok bool) {
 	e := w.e
-	if e.opts.MaxReleases > 0 && e.releases.Load() >= int64(e.opts.MaxReleases) {
-		return nil, false // no wait for a DEL that would not run
+	// Taken first, so that no worker waits for a DEL that would not run,
+	// and workers that wait at once never pass the cap together.
+	if !e.reserveRelease() {
+		return nil, false
 	}
+	unreserve := func() { e.releases.Add(-1) }
 	ctx := e.paceCtx
 	if ctx.Err() != nil {
+		unreserve()
 		return nil, false
 	}
 	id := cmp.Or(w.sandbox, w.name)
 	if err := e.sandboxes.lock(ctx, id); err != nil {
+		unreserve()
 		return nil, false
 	}
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():
 		e.sandboxes.unlock(id)
+		unreserve()
 		return nil, false
 	}
-	done = func() {
+	done = func(ran bool) {
 		<-e.slots
 		e.sandboxes.unlock(id)
+		if !ran {
+			unreserve()
+		}
 	}
-	// Waited for last, holding the slot: the rate then counts DELs as they
-	// start, not workers queueing for a slot.
+	// Waited for holding the slot: the rate then counts DELs as they start,
+	// not workers queueing for a slot.
 	if e.opts.ReleaseRate != nil {
 		if err := e.opts.ReleaseRate.Wait(ctx); err != nil {
-			done()
+			done(false)
 			return nil, false
 		}
 	}
@@ -401,7 +412,7 @@ func (w *worker) pace() (done func(), ok bool) {
 	// comes first.
 	if e.opts.ReleaseGate != nil {
 		if err := e.gateHeld.wait(ctx, e.opts.ReleaseGate); err != nil {
-			done()
+			done(false)
 			return nil, false
 		}
 	}
@@ -927,6 +938,9 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		}
 		return d
 	}
+	// ran says whether the Release was made: a file kept by the re-check
+	// spends none of the run's DELs.
+	ran := false
 	if release {
 		// Before the re-check: the wait for a slot and the rate may be
 		// long, and the re-check must be as late as it can.
@@ -934,7 +948,7 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		if !ok {
 			return keep(ReasonCNIDelDeferred)
 		}
-		defer done()
+		defer func() { done(ran) }()
 	}
 	var now unix.Stat_t
 	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
@@ -957,9 +971,7 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 			w.e.stop.Store(true)
 			return keep(ReasonViewStale)
 		}
-		if !w.e.reserveRelease() {
-			return keep(ReasonCNIDelDeferred)
-		}
+		ran = true
 		if !w.release(name) {
 			return keep(ReasonCNIDelFailed)
 		}
