@@ -356,10 +356,15 @@ func (e *executor) warnFile(msg string, args ...any) {
 }
 
 // reserveRelease takes one of the run's Release calls; false once the cap is
-// reached.
+// reached. A refusal takes nothing, so that a call given back later (pace's
+// done) can be taken again.
 func (e *executor) reserveRelease() bool {
 	n := e.releases.Add(1)
-	return e.opts.MaxReleases <= 0 || n <= int64(e.opts.MaxReleases)
+	if e.opts.MaxReleases > 0 && n > int64(e.opts.MaxReleases) {
+		e.releases.Add(-1)
+		return false
+	}
+	return true
 }
 
 // pace waits until the results file being handled may have its Release:

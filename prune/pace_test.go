@@ -444,3 +444,36 @@ func TestReleaseRechecksAfterWait(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseCapGivenBack: a DEL taken from the run's cap for a file that
+// the re-check then keeps is given back, so the cap still counts the DELs
+// made.
+func TestReleaseCapGivenBack(t *testing.T) {
+	dir := staleSandboxes(t, 2)
+	rel := &countingReleaser{}
+	// The first file to wait is replaced under its name; the others are
+	// read after that, as the new files they are.
+	g := &changingGate{dir: filepath.Join(dir, "results"), t: t, change: func(t *testing.T, path string) {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			st, _ := os.Stat(path)
+			if err = os.WriteFile(path+".new", data, 0o600); err == nil {
+				if err = os.Chtimes(path+".new", st.ModTime(), st.ModTime()); err == nil {
+					err = os.Rename(path+".new", path)
+				}
+			}
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}}
+	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
+		Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, MaxReleases: 2, Workers: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Kept[prune.ReasonChanged] != 1 || rel.calls != 2 || sum.Kept[prune.ReasonCNIDelDeferred] != 1 {
+		t.Errorf("kept %v, %d DELs; want one changed, 2 DELs (the cap), one deferred", sum.Kept, rel.calls)
+	}
+}
