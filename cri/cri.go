@@ -131,13 +131,13 @@ func (c *Client) Sandboxes(ctx context.Context) (*Sandboxes, error) {
 var ErrBadSandboxID = errors.New("sandbox id is not 64 lowercase hex digits")
 
 func newSandboxes(items []sandbox) (*Sandboxes, error) {
-	s := &Sandboxes{ids: make(map[prune.SandboxID]struct{}, len(items)), pods: make(map[string]struct{}, len(items))}
+	s := &Sandboxes{ids: make(map[prune.SandboxID]sandboxOf, len(items)), pods: make(map[string]struct{}, len(items))}
 	for _, it := range items {
 		id, ok := prune.ParseSandboxID(it.ID)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrBadSandboxID, it.ID)
 		}
-		s.ids[id] = struct{}{}
+		s.ids[id] = sandboxOf{podUID: it.PodUID, ready: it.Ready}
 		if it.PodUID != "" {
 			s.pods[it.PodUID] = struct{}{}
 		}
@@ -151,9 +151,23 @@ func newSandboxes(items []sandbox) (*Sandboxes, error) {
 // Sandboxes is one complete list of the runtime's sandboxes. It implements
 // prune.SandboxIndex.
 type Sandboxes struct {
-	ids   map[prune.SandboxID]struct{}
+	ids   map[prune.SandboxID]sandboxOf
 	pods  map[string]struct{} // the pod UIDs of the sandboxes
 	ready int
+}
+
+// sandboxOf is what the list says of one sandbox.
+type sandboxOf struct {
+	podUID string
+	ready  bool
+}
+
+// ReadyFor reports whether the runtime lists the sandbox id as SANDBOX_READY
+// and made for the pod with this UID: the proof that this runtime runs the
+// process that asks, whose own sandbox only the runtime that made it knows.
+func (s *Sandboxes) ReadyFor(id prune.SandboxID, podUID string) bool {
+	e, ok := s.ids[id]
+	return ok && e.ready && podUID != "" && e.podUID == podUID
 }
 
 // Synced is always true: the list is complete by construction.

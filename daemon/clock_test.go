@@ -62,7 +62,7 @@ func TestClockStepped(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
-			d.watchClock(ctx, &wg)
+			watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 			<-measured
 			for _, s := range tc.steps {
 				mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cnidel"
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
@@ -24,13 +25,13 @@ func TestValidateFields(t *testing.T) {
 		{"valid", func(*Config) {}, ""},
 		{"bad liveness before the node", func(c *Config) { c.Liveness, c.NodeName = "kubelet", "" }, "Liveness"},
 		{"no node", func(c *Config) { c.NodeName = "" }, "NodeName"},
-		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = LivenessBoth, "/run/x.sock" }, "CRIEndpoint"},
-		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = LivenessBoth, -time.Second }, "CRITimeout"},
+		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = liveness.ModeBoth, "/run/x.sock" }, "CRIEndpoint"},
+		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = liveness.ModeBoth, -time.Second }, "CRITimeout"},
 		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
 		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
 		{"uninstall with cri liveness", func(c *Config) {
-			c.Liveness, c.ExpectRuntime, c.Uninstall = LivenessCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
+			c.Liveness, c.ExpectRuntime, c.Uninstall = liveness.ModeCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
 		}, "Uninstall"},
 		{"uninstall's own field", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c", Timeout: -1} }, "Uninstall.Timeout"},
 		{"uninstall gets the node name", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c"} }, ""},
@@ -38,14 +39,14 @@ func TestValidateFields(t *testing.T) {
 			c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = []string{"/var/lib/cni/networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},
 		{"host-local release with both", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
 		}, ""},
 		{"host-local release with a minimum age under its floor", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
 			c.Prune.MinAge = 2 * time.Minute
 		}, "Prune.MinAge"},
 		{"host-local release under the floor, allowed for tests", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
 			c.Prune.MinAge, c.AllowShortIntervals = 0, true
 		}, ""},
 		{"runtime cache relative", func(c *Config) { c.Prune.RuntimeDir = "var/lib/cni/results" }, "Prune.RuntimeDir"},
@@ -54,19 +55,19 @@ func TestValidateFields(t *testing.T) {
 			c.Prune.RuntimeDir, c.CNIDel = "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
 		}, "Prune.RuntimeDir"},
 		{"runtime cache DEL with both", func(c *Config) {
-			c.Liveness, c.Prune.RuntimeDir, c.CNIDel = LivenessBoth, "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
+			c.Liveness, c.Prune.RuntimeDir, c.CNIDel = liveness.ModeBoth, "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
 		}, ""},
 		{"host-local release of a relative directory", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"networks"}, []string{"net1"}
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},
 		{"host-local release in no named network", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs = LivenessBoth, []string{"/var/lib/cni/networks"}
+			c.Liveness, c.Prune.HostLocalDirs = liveness.ModeBoth, []string{"/var/lib/cni/networks"}
 		}, "Prune.HostLocalNetworks"},
 		{"host-local network without a directory", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalNetworks = LivenessBoth, []string{"net1"}
+			c.Liveness, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"net1"}
 		}, "Prune.HostLocalNetworks"},
 		{"host-local network that is a path", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = LivenessBoth, []string{"/var/lib/cni/networks"}, []string{"../podman"}
+			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"../podman"}
 		}, "Prune.HostLocalNetworks"},
 	}
 	for _, tt := range tests {
@@ -89,7 +90,7 @@ func TestValidateFields(t *testing.T) {
 // runtime client and never asks for the API server's config.
 func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
 	cfg := Config{
-		Liveness: LivenessCRI, ExpectRuntime: "containerd", Schedule: "@hourly",
+		Liveness: liveness.ModeCRI, ExpectRuntime: "containerd", Schedule: "@hourly",
 		Prune: prune.Options{Dir: t.TempDir(), MinAge: time.Hour}, CRITimeout: time.Second,
 		RESTConfig: func() (*rest.Config, error) {
 			t.Error("cri liveness asked for the kubeconfig")
@@ -100,10 +101,10 @@ func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.runtime == nil || d.runtime.Endpoint() == "" || d.client != nil || d.dynamic != nil {
-		t.Fatalf("runtime %v, metadata client %v, dynamic client %v", d.runtime, d.client, d.dynamic)
+	if rt := d.views.Runtime(); rt == nil || rt.Endpoint() == "" || d.views.Pods() != nil {
+		t.Fatalf("runtime %v, pod view %v", rt, d.views.Pods())
 	}
-	cfg.Liveness, cfg.NodeName = LivenessBoth, "n"
+	cfg.Liveness, cfg.NodeName = liveness.ModeBoth, "n"
 	cfg.RESTConfig = func() (*rest.Config, error) { return nil, errors.New("no kubeconfig found") }
 	if _, err := New(cfg); err == nil || err.Error() != "no kubernetes access: no kubeconfig found" {
 		t.Fatalf("both liveness without a kubeconfig: %v", err)

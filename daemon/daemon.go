@@ -22,45 +22,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"golang.org/x/time/rate"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/internal/field"
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
-
-// Liveness says what decides that a cache file's sandbox is dead.
-type Liveness string
-
-// The liveness modes.
-const (
-	// LivenessAPI: the pod is not on the node in the API server.
-	LivenessAPI Liveness = "api"
-	// LivenessCRI: the container runtime does not know the sandbox; no API
-	// server access at all.
-	LivenessCRI Liveness = "cri"
-	// LivenessBoth: both must agree before a removal.
-	LivenessBoth Liveness = "both"
-)
-
-// ParseLiveness parses api, cri or both.
-func ParseLiveness(s string) (Liveness, error) {
-	switch l := Liveness(s); l {
-	case LivenessAPI, LivenessCRI, LivenessBoth:
-		return l, nil
-	}
-	return "", fmt.Errorf("invalid liveness %q: want api, cri or both", s)
-}
-
-// Pods reports whether the mode needs the API server's view of the pods.
-func (l Liveness) Pods() bool { return l != LivenessCRI }
-
-// Runtime reports whether the mode needs the container runtime.
-func (l Liveness) Runtime() bool { return l == LivenessCRI || l == LivenessBoth }
 
 // Config is what the daemon does; Options inject what it does it with.
 type Config struct {
@@ -80,7 +50,7 @@ type Config struct {
 	// empty disables the server.
 	MetricsAddr string
 	// Liveness is what decides that a sandbox is dead; default api.
-	Liveness Liveness
+	Liveness liveness.Mode
 	// StateDir, when set with RebootAware, holds the boot record
 	// (prune.BootState); it must survive reboots.
 	StateDir string
@@ -93,12 +63,13 @@ type Config struct {
 	BootIDFile string
 	// SelfPodUID is the UID of the daemon's own pod (the downward API's
 	// metadata.uid); empty on a bare node. When set, the view of the node's
-	// pods and the runtime's list of sandboxes must both hold it.
+	// pods must hold it and the runtime must list the daemon's own sandbox
+	// READY for it.
 	SelfPodUID string
 	// ExpectRuntime names the kubelet's container runtime, NAME or
-	// NAME://VERSION as a Node's containerRuntimeVersion reads: with cri
-	// liveness alone on a bare node, the proof that the socket is the
-	// kubelet's runtime.
+	// NAME://VERSION as a Node's containerRuntimeVersion reads: the
+	// runtime must answer so. A check against mistakes, never a proof on
+	// its own: any runtime can answer to a name.
 	ExpectRuntime string
 	// AllowShortIntervals accepts a minimum age and a schedule interval
 	// under MinInterval, for tests and demos.
@@ -165,11 +136,11 @@ var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 // *FieldError.
 func (c Config) Validate() error {
 	if c.Liveness != "" {
-		if _, err := ParseLiveness(string(c.Liveness)); err != nil {
+		if _, err := liveness.ParseMode(string(c.Liveness)); err != nil {
 			return field.Wrap("Liveness", err)
 		}
 	}
-	if c.NodeName == "" && c.Liveness != LivenessCRI {
+	if c.NodeName == "" && c.Liveness != liveness.ModeCRI {
 		return fieldError("NodeName", "node name is required")
 	}
 	if c.Prune.MinAge < 0 {
@@ -195,7 +166,7 @@ func (c Config) Validate() error {
 		return fieldError("RebootAware", "reboot-aware staleness needs a state directory")
 	}
 	if c.ExpectRuntime != "" {
-		if err := ParseExpectRuntime(c.ExpectRuntime); err != nil {
+		if err := liveness.ParseExpectRuntime(c.ExpectRuntime); err != nil {
 			return field.Wrap("ExpectRuntime", err)
 		}
 	}
@@ -259,12 +230,6 @@ func (c Config) Validate() error {
 			return fieldError("Prune.HostLocalNetworks", "%q is not a CNI network name", n)
 		}
 	}
-	if c.Liveness == LivenessCRI && c.SelfPodUID == "" && c.ExpectRuntime == "" {
-		// Any runtime that answers would do otherwise, and one that lists
-		// none of the kubelet's sandboxes condemns every file.
-		return fieldError("ExpectRuntime", "cri liveness alone needs a proof that the socket is the kubelet's runtime: "+
-			"the daemon's own pod UID (in a pod) or the expected runtime (on a bare node)")
-	}
 	if c.Uninstall != nil {
 		if !c.Liveness.Pods() {
 			return fieldError("Uninstall", "the uninstall cleanup needs API server access: not with cri liveness")
@@ -313,19 +278,6 @@ type Option func(*Daemon)
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// WithMetadataClient sets the client for the pod informer, instead of one
-// made from Config.RESTConfig.
-func WithMetadataClient(c metadata.Interface) Option { return func(d *Daemon) { d.client = c } }
-
-// WithDynamicClient sets the client that reads the daemon's Node, to prove
-// that the pods listed for its name are this machine's, instead of one made
-// from Config.RESTConfig.
-func WithDynamicClient(c dynamic.Interface) Option { return func(d *Daemon) { d.dynamic = c } }
-
-// WithRuntime sets the container runtime's client, instead of one made from
-// Config.CRIEndpoint.
-func WithRuntime(c *cri.Client) Option { return func(d *Daemon) { d.runtime = c } }
-
 // WithListener serves HTTP on l instead of listening on Config.MetricsAddr,
 // for tests that need the port before Run.
 func WithListener(l net.Listener) Option { return func(d *Daemon) { d.listener = l } }
@@ -348,20 +300,14 @@ func WithReadyNotifier(f func()) Option { return func(d *Daemon) { d.onReady = f
 type Daemon struct {
 	cfg       Config
 	log       *slog.Logger
-	client    metadata.Interface
-	dynamic   dynamic.Interface
 	listener  net.Listener
 	onReady   func()
 	uninstall Uninstaller
-	runtime   *cri.Client
 
-	schedule cron.Schedule
-	view     *podView // nil with cri liveness, and in PruneOnce
-	// nodeWatch follows the daemon\'s Node beside view.
-	nodeWatch *nodeWatcher
+	schedule  cron.Schedule
+	views     *liveness.Views
 	boot      *prune.BootState
 	clock     *prune.ClockGuard
-	identity  *identity
 	sources   prune.Sources
 	metrics   *metrics
 	synced    atomic.Bool // first sync done
@@ -375,12 +321,6 @@ type Daemon struct {
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
 // before anything starts.
 func New(cfg Config, opts ...Option) (*Daemon, error) {
-	return newDaemon(cfg, false, opts...)
-}
-
-// newDaemon builds a daemon; once builds it for a single cycle, with the
-// node's pods listed by the cycle rather than watched.
-func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
 		o(d)
@@ -388,59 +328,48 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if once {
-		cfg.Schedule = "@hourly" // unused
-	} else if cfg.Schedule == "" {
+	if cfg.Schedule == "" {
 		return nil, fieldError("Schedule", "a schedule is required")
 	}
-	if d.cfg.Liveness == "" {
-		d.cfg.Liveness = LivenessAPI
-	}
-	if err := d.buildClients(); err != nil {
-		return nil, err
-	}
-	sched, _ := cron.ParseStandard(cfg.Schedule) // checked by Validate
-	if cfg.SyncTimeout <= 0 {
-		d.cfg.SyncTimeout = 30 * time.Second
-	}
-	if d.cfg.BootIDFile == "" {
-		d.cfg.BootIDFile = prune.DefaultBootIDFile
-	}
-	d.schedule = sched
+	d.cfg.Liveness = cmp.Or(d.cfg.Liveness, liveness.ModeAPI)
+	d.schedule, _ = cron.ParseStandard(cfg.Schedule) // checked by Validate
 	if cfg.NodeName != "" {
 		d.log = d.log.With("node", cfg.NodeName)
 	}
+	views, err := liveness.New(d.cfg.livenessConfig(), liveness.WithLogger(d.log), liveness.Following())
+	if err != nil {
+		return nil, err
+	}
+	d.views = views
+	if err := d.buildUninstall(); err != nil {
+		return nil, err
+	}
 	d.cfg.Prune.Logger = d.log
 	d.cfg.Prune.NodeName = cfg.NodeName
-	if d.cfg.Liveness.Pods() && !once {
-		d.view = newPodView(d.client, cfg.NodeName)
+	if err := prepareRelease(&d.cfg, func(o cnidel.Observed) { d.metrics.observeDEL(o) }); err != nil {
+		return nil, err
+	}
+	if pods := views.Pods(); pods != nil {
 		if d.cfg.Prune.Release != nil && d.cfg.Prune.ReleaseGate == nil && d.cfg.CNIDelYield > 0 {
 			g := newStartGate(d.cfg.CNIDelYield)
-			d.view.bound = g.podBound
+			pods.OnArrival(g.podBound)
 			d.cfg.Prune.ReleaseGate = g
 		}
-	} else if d.cfg.Prune.Release != nil && d.cfg.CNIDelYield > 0 && !once {
+	} else if d.cfg.Prune.Release != nil && d.cfg.CNIDelYield > 0 {
 		d.log.Info("CNI DELs do not yield to starting pods: with cri liveness the daemon does not watch the node's pods",
 			"cni_del_yield", d.cfg.CNIDelYield)
 	}
-	d.metrics = newMetrics(cfg.Prune.Dir, d.view, d.runtime != nil, metricsConfig{
-		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: cfg.Liveness,
+	d.metrics = newMetrics(cfg.Prune.Dir, views.Pods(), views.Runtime() != nil, metricsConfig{
+		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness,
 		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
 		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
 	if d.cfg.RebootAware {
-		d.boot = d.loadBoot()
+		d.boot = loadBoot(d.cfg, d.log, d.metrics.bootErrors.Inc)
 	}
 	d.clock = prune.NewClockGuard()
-	d.identity = &identity{node: cfg.NodeName, bootIDFile: d.cfg.BootIDFile, selfUID: cfg.SelfPodUID, expect: cfg.ExpectRuntime}
-	switch {
-	case d.view != nil:
-		d.nodeWatch = newNodeWatcher(d.dynamic, cfg.NodeName, d.cfg.SyncTimeout)
-		d.identity.nodes = d.nodeWatch
-	case d.cfg.Liveness.Pods():
-		d.identity.nodes = nodeGetter{nodes: d.dynamic.Resource(nodesResource), name: cfg.NodeName}
-	}
-	d.sources = d.buildSources()
+	d.sources = views.Sources()
+	d.sources.Boot, d.sources.Clock = d.boot, d.clock
 	if d.uninstall != nil {
 		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
 			return nil, err
@@ -449,127 +378,115 @@ func newDaemon(cfg Config, once bool, opts ...Option) (*Daemon, error) {
 	return d, nil
 }
 
-// buildClients makes from the configuration what the liveness needs and no
-// option injected: the CRI client, the metadata and dynamic clients, the
-// uninstall cleanup and the CNI DEL releaser. The plugin directories are checked here: without
-// them every DEL would fail, and that is better seen at start-up than as a
-// growing error count.
-func (d *Daemon) buildClients() error {
-	if d.cfg.Liveness.Runtime() && d.runtime == nil {
-		endpoint := cmp.Or(d.cfg.CRIEndpoint, cri.DefaultEndpoint)
-		rt, err := cri.New(endpoint, d.cfg.CRITimeout)
-		if err != nil {
-			return fmt.Errorf("container runtime client: %w", err)
-		}
-		d.runtime = rt
+// livenessConfig is what the views of the configured liveness need.
+func (c Config) livenessConfig() liveness.Config {
+	return liveness.Config{
+		Mode: c.Liveness, NodeName: c.NodeName, BootIDFile: c.BootIDFile, SelfPodUID: c.SelfPodUID,
+		ExpectRuntime: c.ExpectRuntime, CRIEndpoint: c.CRIEndpoint, CRITimeout: c.CRITimeout,
+		SyncTimeout: c.SyncTimeout, RESTConfig: c.RESTConfig,
 	}
-	needUninstall := d.cfg.Uninstall != nil && d.uninstall == nil
-	if d.cfg.Liveness.Pods() && (d.client == nil || d.dynamic == nil || needUninstall) {
-		if d.cfg.RESTConfig == nil {
-			return errors.New("no kubernetes access: no client configuration")
-		}
-		cfg, err := d.cfg.RESTConfig()
-		if err != nil {
-			return fmt.Errorf("no kubernetes access: %w", err)
-		}
-		if needUninstall {
-			ucfg := rest.CopyConfig(cfg)
-			// Deleting many objects in parallel needs more than client-go's
-			// default 5 requests per second.
-			if ucfg.QPS == 0 {
-				ucfg.QPS, ucfg.Burst = 50, 100
-			}
-			u, err := uninstall.New(d.cfg.uninstallConfig(), uninstall.WithLogger(d.log), uninstall.WithRESTConfig(ucfg))
-			if err != nil {
-				return fmt.Errorf("uninstall cleanup: %w", err)
-			}
-			d.uninstall = u
-		}
-		if d.client == nil {
-			if d.client, err = metadata.NewForConfig(cfg); err != nil {
-				return fmt.Errorf("metadata client: %w", err)
-			}
-		}
-		if d.dynamic == nil {
-			if d.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-				return fmt.Errorf("dynamic client: %w", err)
-			}
-		}
+}
+
+// buildUninstall makes the uninstall cleanup from the configuration when
+// no option injected one.
+func (d *Daemon) buildUninstall() error {
+	if d.cfg.Uninstall == nil || d.uninstall != nil {
+		return nil
 	}
-	if d.cfg.CNIDel != nil && d.cfg.Prune.Release == nil {
-		for _, dir := range d.cfg.CNIDel.BinDirs {
+	if d.cfg.RESTConfig == nil {
+		return errors.New("no kubernetes access: no client configuration")
+	}
+	cfg, err := d.cfg.RESTConfig()
+	if err != nil {
+		return fmt.Errorf("no kubernetes access: %w", err)
+	}
+	ucfg := rest.CopyConfig(cfg)
+	// Deleting many objects in parallel needs more than client-go's
+	// default 5 requests per second.
+	if ucfg.QPS == 0 {
+		ucfg.QPS, ucfg.Burst = 50, 100
+	}
+	u, err := uninstall.New(d.cfg.uninstallConfig(), uninstall.WithLogger(d.log), uninstall.WithRESTConfig(ucfg))
+	if err != nil {
+		return fmt.Errorf("uninstall cleanup: %w", err)
+	}
+	d.uninstall = u
+	return nil
+}
+
+// prepareRelease makes the CNI DEL releaser of cfg.CNIDel, and its pace,
+// unless cfg.Prune has them already. The plugin directories are checked
+// here: without them every DEL would fail, and that is better seen at
+// start-up than as a growing error count.
+func prepareRelease(cfg *Config, observe func(cnidel.Observed)) error {
+	if cfg.CNIDel != nil && cfg.Prune.Release == nil {
+		for _, dir := range cfg.CNIDel.BinDirs {
 			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 				return fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
 			}
 		}
-		opts := *d.cfg.CNIDel
-		if opts.Observe == nil {
-			// d.metrics is made after the clients, before any run.
-			opts.Observe = func(o cnidel.Observed) { d.metrics.observeDEL(o) }
+		opts := *cfg.CNIDel
+		if opts.Observe == nil && observe != nil {
+			opts.Observe = observe
 		}
 		rel, err := cnidel.New(opts)
 		if err != nil {
 			return field.Wrap("CNIDel", err)
 		}
-		d.cfg.Prune.Release = rel
+		cfg.Prune.Release = rel
 	}
-	if d.cfg.Prune.Release != nil && d.cfg.Prune.ReleaseRate == nil && d.cfg.CNIDelRate > 0 {
+	if cfg.Prune.Release != nil && cfg.Prune.ReleaseRate == nil && cfg.CNIDelRate > 0 {
 		// A token bucket of one: DELs start evenly spaced, never in a burst
 		// that would queue a new pod's ADD behind several of them at once.
-		d.cfg.Prune.ReleaseRate = rate.NewLimiter(rate.Limit(d.cfg.CNIDelRate), 1)
+		cfg.Prune.ReleaseRate = rate.NewLimiter(rate.Limit(cfg.CNIDelRate), 1)
 	}
 	return nil
 }
 
-// buildSources makes the liveness views of a cycle from the configuration:
-// the one place that knows which liveness mode needs what.
-func (d *Daemon) buildSources() prune.Sources {
-	src := prune.Sources{Clock: d.clock}
-	switch {
-	case d.view != nil:
-		src.Pods = provenPods{src: d.view.source(d.cfg.SyncTimeout), id: d.identity}
-	case d.cfg.Liveness.Pods():
-		src.Pods = provenPods{src: listSource{client: d.client, node: d.cfg.NodeName, timeout: d.cfg.SyncTimeout, log: d.log}, id: d.identity}
+// PruneOnce runs one prune cycle with the views of cfg's liveness, the
+// node's pods listed once instead of watched (`sweepd prune`): no schedule,
+// no server, no daemon. The error wraps prune.ErrPodsUnavailable or
+// prune.ErrSandboxesUnavailable when nothing could be deleted for want of
+// a view; the summary is then nil.
+func PruneOnce(ctx context.Context, cfg Config, log *slog.Logger) (*prune.Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if d.runtime != nil {
-		src.Sandboxes = provenRuntime{c: d.runtime, id: d.identity}
-	}
-	if d.boot != nil {
-		src.Boot = d.boot
-	}
-	return src
-}
-
-// PruneOnce runs one prune cycle with the views the daemon would use, the
-// node's pods listed once instead of watched (`sweepd prune`). The error
-// wraps prune.ErrPodsUnavailable or prune.ErrSandboxesUnavailable when
-// nothing could be deleted for want of a view; the summary is then nil.
-func PruneOnce(ctx context.Context, cfg Config, opts ...Option) (*prune.Summary, error) {
-	d, err := newDaemon(cfg, true, opts...)
+	cfg.Liveness = cmp.Or(cfg.Liveness, liveness.ModeAPI)
+	views, err := liveness.New(cfg.livenessConfig(), liveness.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
+	cfg.Prune.Logger, cfg.Prune.NodeName = log, cfg.NodeName
+	if err := prepareRelease(&cfg, nil); err != nil {
+		return nil, err
+	}
+	src := views.Sources()
+	if cfg.RebootAware {
+		src.Boot = loadBoot(cfg, log, func() {})
+	}
+	src.Clock = prune.NewClockGuard()
 	// Deferred in this order so that cancel runs first and the clock
 	// watcher has returned when PruneOnce does.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d.watchClock(ctx, &wg)
-	sum, res, err := prune.Cycle(ctx, d.sources, d.cfg.Prune)
+	watchClock(ctx, &wg, src.Clock, log, nil)
+	sum, res, err := prune.Cycle(ctx, src, cfg.Prune)
 	if res.BootRecordErr != nil {
-		d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
+		log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
 			"error", res.BootRecordErr)
 	}
 	return sum, err
 }
 
 // watchClock measures steps of the wall clock for the prune's age guard
-// until ctx ends.
-func (d *Daemon) watchClock(ctx context.Context, wg *sync.WaitGroup) {
+// until ctx ends, telling stepped of each (nil: none).
+func watchClock(ctx context.Context, wg *sync.WaitGroup, clock *prune.ClockGuard, log *slog.Logger, stepped func(prune.ClockStep)) {
 	wg.Go(func() {
-		if err := d.clock.Watch(ctx, d.clockStepped); err != nil {
-			d.log.Warn("cannot watch for steps of the wall clock; ages are guarded by the uptime alone", "error", err)
+		if err := clock.Watch(ctx, stepped); err != nil {
+			log.Warn("cannot watch for steps of the wall clock; ages are guarded by the uptime alone", "error", err)
 		}
 	})
 }
@@ -620,11 +537,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 
-	if d.view != nil {
-		wg.Go(func() { d.view.run(ctx) })
-		wg.Go(func() { d.nodeWatch.run(ctx) })
-	}
-	d.watchClock(ctx, &wg)
+	wg.Go(func() { d.views.Run(ctx) })
+	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
 		// if the prune never gets a fresh view.
@@ -670,22 +584,23 @@ func (d *Daemon) Run(ctx context.Context) error {
 // waitFirstSync waits for the first sync of the node's pods or, with cri
 // liveness alone, for the first answer of the runtime.
 func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
-	if d.view != nil {
+	pods, runtime := d.views.Pods(), d.views.Runtime()
+	if pods != nil {
 		d.log.Info("waiting for the first sync of the node's pods")
 	} else {
-		d.log.Info("waiting for the container runtime", "endpoint", d.runtime.Endpoint())
+		d.log.Info("waiting for the container runtime", "endpoint", runtime.Endpoint())
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var lastTry time.Time
 	for {
-		if d.view != nil && d.view.HasSynced() {
-			d.log.Info("pods synced", "pods", d.view.Len())
+		if pods != nil && pods.HasSynced() {
+			d.log.Info("pods synced", "pods", pods.Len())
 			return true
 		}
-		if d.view == nil && time.Since(lastTry) >= time.Second {
+		if pods == nil && time.Since(lastTry) >= time.Second {
 			lastTry = time.Now()
-			name, version, err := d.runtime.Version(ctx)
+			name, version, err := runtime.Version(ctx)
 			if err == nil {
 				d.log.Info("container runtime answered", "runtime", name, "runtime_version", version)
 				return true
@@ -738,19 +653,10 @@ func (d *Daemon) proveLoop(ctx context.Context) {
 	}
 }
 
-// prove checks, outside a prune run, that the views are this node's: the
-// Node and the daemon's own pod in the view, and the runtime.
+// prove checks, outside a prune run, that the views are this node's.
 func (d *Daemon) prove(ctx context.Context) error {
-	var err error
-	if d.view != nil {
-		if err = d.identity.checkNode(ctx); err == nil {
-			err = d.identity.checkPods(d.view)
-		}
-	}
-	if err == nil && d.runtime != nil {
-		_, err = provenRuntime{c: d.runtime, id: d.identity}.Sandboxes(ctx)
-	}
-	if err != nil && !errors.Is(err, ErrNodeUnproven) && !errors.Is(err, ErrRuntimeUnproven) {
+	err := d.views.Prove(ctx)
+	if err != nil && liveness.ProofError(err) == nil {
 		// A failure to ask proves nothing either way; the runs say so.
 		d.log.Debug("cannot prove the views now", "error", err)
 		return err
@@ -763,8 +669,7 @@ func (d *Daemon) prove(ctx context.Context) error {
 // line when the outcome changes, so that a failing proof retried every few
 // seconds logs once.
 func (d *Daemon) setProven(err error) {
-	var pe *proofError
-	if errors.As(err, &pe) {
+	if pe := liveness.ProofError(err); pe != nil {
 		err = pe // as the prove loop reports it, not wrapped by a cycle
 	}
 	d.proven.Store(err == nil)
@@ -788,21 +693,22 @@ func (d *Daemon) setProven(err error) {
 }
 
 // loadBoot reads the boot ID and the boot record. Any failure is logged and
-// counted, never fatal: without a boot ID the daemon is not reboot-aware;
-// with an unusable record nothing is earlier-boot until the next reboot.
-func (d *Daemon) loadBoot() *prune.BootState {
-	id, err := prune.ReadBootID(d.cfg.BootIDFile)
+// counted (failed), never fatal: without a boot ID the daemon is not
+// reboot-aware; with an unusable record nothing is earlier-boot until the
+// next reboot.
+func loadBoot(cfg Config, log *slog.Logger, failed func()) *prune.BootState {
+	id, err := prune.ReadBootID(cmp.Or(cfg.BootIDFile, prune.DefaultBootIDFile))
 	if err != nil {
-		d.metrics.bootErrors.Inc()
-		d.log.Warn("no boot id: reboot-aware staleness is off", "error", err)
+		failed()
+		log.Warn("no boot id: reboot-aware staleness is off", "error", err)
 		return nil
 	}
-	b, err := prune.LoadBootState(d.cfg.StateDir, id)
+	b, err := prune.LoadBootState(cfg.StateDir, id)
 	if err != nil {
-		d.metrics.bootErrors.Inc()
-		d.log.Warn("boot record unusable: no sandbox counts as earlier-boot", "state_dir", d.cfg.StateDir, "error", err)
+		failed()
+		log.Warn("boot record unusable: no sandbox counts as earlier-boot", "state_dir", cfg.StateDir, "error", err)
 	}
-	d.log.Info("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
+	log.Info("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
 	return b
 }
 
@@ -840,11 +746,11 @@ func (d *Daemon) cycle(ctx context.Context) {
 	if sum == nil {
 		switch {
 		case ctx.Err() != nil:
-		case errors.Is(err, ErrNodeUnproven):
+		case errors.Is(err, liveness.ErrNodeUnproven):
 			d.metrics.skipped.WithLabelValues(skipNodeUnproven).Inc()
 			d.setProven(err)
 			d.log.Warn("prune skipped: nothing deleted", "error", err)
-		case errors.Is(err, ErrRuntimeUnproven):
+		case errors.Is(err, liveness.ErrRuntimeUnproven):
 			d.metrics.skipped.WithLabelValues(skipRuntimeUnproven).Inc()
 			d.setProven(err)
 			d.log.Warn("prune skipped: nothing deleted", "error", err)
@@ -864,9 +770,9 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.metrics.observe(sum, err)
 	attrs := summaryAttrs(sum)
 	switch {
-	case errors.Is(err, prune.ErrNotSynced) && d.view != nil:
+	case errors.Is(err, prune.ErrNotSynced):
 		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
-		d.log.Warn("prune stopped: the view of the node's pods went stale", append(attrs, "error", d.view.LastError())...)
+		d.log.Warn("prune stopped: a view went stale or stopped being proven; nothing more deleted", append(attrs, "error", d.staleReason())...)
 	case err != nil:
 		d.log.Error("prune stopped", append(attrs, "error", err)...)
 	default:
@@ -949,4 +855,12 @@ func sortedReasons(m map[prune.Reason]int) []prune.Reason {
 	}
 	slices.Sort(rs)
 	return rs
+}
+
+// staleReason says why a run stopped for a view that went stale.
+func (d *Daemon) staleReason() error {
+	if err := d.views.Unheld(); err != nil {
+		return err
+	}
+	return errors.New("a view went stale during the run, and is fresh again")
 }

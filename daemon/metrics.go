@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/internal/version"
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -114,7 +116,7 @@ const maxDELLabels = 16
 // changes the meaning of the other series (a dry run removes nothing).
 type metricsConfig struct {
 	dryRun, cniDel, rebootAware bool
-	liveness                    Liveness
+	liveness                    liveness.Mode
 	// hostLocal: host-local reservations are released, and counted.
 	hostLocal bool
 	// runtimeCache: the runtime's own cache is pruned too, and has series
@@ -134,7 +136,7 @@ func phases(c prune.CacheName) []prune.Phase {
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
 // the pod series are then absent, as sweep_runtime_sandboxes is without a
 // runtime.
-func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsConfig) *metrics {
+func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg metricsConfig) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -295,15 +297,12 @@ func newMetrics(cacheDir string, view *podView, withRuntime bool, cfg metricsCon
 			m.stale.WithLabelValues(string(c), string(r))
 		}
 	}
-	liveness := cfg.liveness
-	if liveness == "" {
-		liveness = LivenessAPI
-	}
+	mode := cmp.Or(cfg.liveness, liveness.ModeAPI)
 	configInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sweep_config_info",
 		Help: "The daemon's configuration that changes what the other series mean; always 1.",
 		ConstLabels: prometheus.Labels{
-			"dry_run": strconv.FormatBool(cfg.dryRun), "liveness": string(liveness),
+			"dry_run": strconv.FormatBool(cfg.dryRun), "liveness": string(mode),
 			"cni_del": strconv.FormatBool(cfg.cniDel), "reboot_aware": strconv.FormatBool(cfg.rebootAware),
 		},
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -162,7 +163,7 @@ func TestMetricsReservations(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := newMetrics(t.TempDir(), nil, true, metricsConfig{dryRun: c.dryRun, liveness: LivenessCRI, hostLocal: true})
+			m := newMetrics(t.TempDir(), nil, true, metricsConfig{dryRun: c.dryRun, liveness: liveness.ModeCRI, hostLocal: true})
 			for _, r := range c.runs {
 				m.observe(r.sum, r.err)
 			}
@@ -177,7 +178,7 @@ func TestMetricsReservations(t *testing.T) {
 		})
 	}
 	// Without the release, no such series.
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessCRI})
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeCRI})
 	for series := range gatherSeries(t, m) {
 		if strings.HasPrefix(series, "sweep_host_local_") {
 			t.Errorf("series %s without --release-host-local-dir", series)
@@ -250,7 +251,7 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: LivenessBoth, cniDel: true, rebootAware: true, runtimeCache: true,
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeBoth, cniDel: true, rebootAware: true, runtimeCache: true,
 		hostLocal: true})
 	m.observe(withReservations(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), 1), nil)
 	cmd := exec.Command(promtool, "check", "metrics")

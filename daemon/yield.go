@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/metadata"
 
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -73,9 +74,9 @@ func (g *startGate) Wait(ctx context.Context) error {
 // it keeps with client until ctx ends. Pods of its first list do not
 // close it.
 func PodStartGate(ctx context.Context, client metadata.Interface, node string, window time.Duration) prune.Gate {
-	v := newPodView(client, node)
+	v := liveness.NewPodView(client, node)
 	g := newStartGate(window)
-	v.bound = g.podBound
-	go v.run(ctx)
+	v.OnArrival(g.podBound)
+	go v.Run(ctx)
 	return g
 }

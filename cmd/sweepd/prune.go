@@ -13,6 +13,7 @@ import (
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/daemon"
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -79,7 +80,7 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 	addFlagGroup(cmd, "Prune flags", fs)
 
 	fs = newFlagSet()
-	fs.StringVar(&p.liveness, "liveness", string(daemon.LivenessAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
+	fs.StringVar(&p.liveness, "liveness", string(liveness.ModeAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
 	positiveDurationVar(fs, &c.CRITimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
 	fs.StringVar(&c.SelfPodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods and the runtime's list of sandboxes must hold it; default $POD_UID")
@@ -110,7 +111,7 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 // on other flags.
 func (p *pruneFlags) config(e *env) daemon.Config {
 	c := p.cfg
-	c.Liveness = daemon.Liveness(p.liveness)
+	c.Liveness = liveness.Mode(p.liveness)
 	c.Prune.Logger = e.log
 	c.RESTConfig = p.kube.restConfig
 	if !p.fs.Changed("reboot-aware") {
@@ -177,7 +178,7 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		if out.lists() {
 			cfg.Prune.OnFile = out.file
 		}
-		sum, err := daemon.PruneOnce(ctx, cfg, daemon.WithLogger(e.log))
+		sum, err := daemon.PruneOnce(ctx, cfg, e.log)
 		if sum == nil {
 			return fail(namedFlag(err, daemonFlags()))
 		}

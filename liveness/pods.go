@@ -1,4 +1,4 @@
-package daemon
+package liveness
 
 import (
 	"context"
@@ -26,13 +26,13 @@ const MirrorAnnotation = "kubernetes.io/config.mirror"
 // errNotListed is the state before the first list was stored.
 var errNotListed = errors.New("the node's pods have not been listed yet")
 
-// podView is the node's pods as a reflector keeps them: the prune reads it,
+// PodView is the node's pods as a reflector keeps them: the prune reads it,
 // so a prune cycle makes no API request. It implements prune.PodIndex and
 // prune.PodSource. It is Synced only while fresh (see freshness).
 //
 // The reflector writes into the indexer directly, with no informer queue in
 // between, so that what Replace stored is what the prune reads.
-type podView struct {
+type PodView struct {
 	*freshness
 	store     cache.Indexer
 	reflector *cache.Reflector
@@ -40,18 +40,20 @@ type podView struct {
 	mirrorsMu sync.Mutex
 	mirrors   map[string]struct{} // static pod UIDs that mirror pods have named
 
-	// bound, when set before run, is called for each pod that arrives in
-	// the view after its first list: a pod just bound to the node, or
-	// bound while the watch was down.
-	bound func()
+	// arrived, when set before Run (OnArrival), is called for each pod
+	// that arrives in the view after its first list: a pod just bound to
+	// the node, or bound while the watch was down.
+	arrived func()
 }
 
 // maxMirrors bounds the memory of mirror pods: a node runs a handful of
 // static pods, and each edit of a manifest gives one more UID.
 const maxMirrors = 10000
 
-func newPodView(client metadata.Interface, node string) *podView {
-	v := &podView{freshness: newFreshness(errNotListed), mirrors: map[string]struct{}{}}
+// NewPodView makes the view of node's pods, which follows the API server
+// once Run runs.
+func NewPodView(client metadata.Interface, node string) *PodView {
+	v := &PodView{freshness: newFreshness(errNotListed), mirrors: map[string]struct{}{}}
 	selector := NodeSelector(node)
 	pods := client.Resource(podsResource)
 	lw := v.listWatch(
@@ -76,8 +78,8 @@ func newPodView(client metadata.Interface, node string) *podView {
 		v.noteMirror(obj)
 		return slim(obj)
 	}, added: func(any) {
-		if v.bound != nil {
-			v.bound()
+		if v.arrived != nil {
+			v.arrived()
 		}
 	}}
 	v.reflector = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store,
@@ -102,7 +104,7 @@ func slim(obj any) any {
 }
 
 // noteMirror remembers the static pod UID that a mirror pod names.
-func (v *podView) noteMirror(obj any) {
+func (v *PodView) noteMirror(obj any) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok || m.Annotations[MirrorAnnotation] == "" {
 		return
@@ -116,20 +118,24 @@ func (v *podView) noteMirror(obj any) {
 
 // SeenMirror implements prune.MirrorHistory: a mirror pod named uid as its
 // static pod's since the daemon started.
-func (v *podView) SeenMirror(uid string) bool {
+func (v *PodView) SeenMirror(uid string) bool {
 	v.mirrorsMu.Lock()
 	defer v.mirrorsMu.Unlock()
 	_, ok := v.mirrors[uid]
 	return ok
 }
 
-// run runs the reflector until ctx is done.
-func (v *podView) run(ctx context.Context) { v.reflector.RunWithContext(ctx) }
+// OnArrival has f called for each pod that arrives in the view after its
+// first list; it must be set before Run.
+func (v *PodView) OnArrival(f func()) { v.arrived = f }
+
+// Run runs the reflector until ctx is done.
+func (v *PodView) Run(ctx context.Context) { v.reflector.RunWithContext(ctx) }
 
 // source returns the view as a prune.PodSource that waits up to timeout
 // for it to be fresh. It is live: the executor checks its freshness again
 // before every removal.
-func (v *podView) source(timeout time.Duration) prune.PodSource {
+func (v *PodView) source(timeout time.Duration) prune.PodSource {
 	return podSourceFunc(func(ctx context.Context) (prune.PodIndex, bool, error) {
 		if !v.waitFresh(ctx, timeout) {
 			if err := ctx.Err(); err != nil {
@@ -149,16 +155,92 @@ func (f podSourceFunc) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
 
 // HasUID implements prune.PodIndex. A mirror pod answers for the UID of its
 // static pod too.
-func (v *podView) HasUID(uid string) bool {
+func (v *PodView) HasUID(uid string) bool {
 	objs, err := v.store.ByIndex(uidIndex, uid)
 	return err == nil && len(objs) > 0
 }
 
 // HasName implements prune.PodIndex.
-func (v *podView) HasName(namespace, name string) bool {
+func (v *PodView) HasName(namespace, name string) bool {
 	_, ok, err := v.store.GetByKey(namespace + "/" + name)
 	return err == nil && ok
 }
 
 // Len returns the number of pods in the view.
-func (v *podView) Len() int { return len(v.store.ListKeys()) }
+func (v *PodView) Len() int { return len(v.store.ListKeys()) }
+
+// provenPods hands a view of the node's pods to the prune only once its
+// witnesses proved it is this machine's, as its live kubelet reports it.
+// They are asked after the view is taken, so that no proof is older than
+// the view.
+type provenPods struct {
+	src       prune.PodSource
+	witnesses []Witness
+}
+
+// Pods implements prune.PodSource.
+func (p provenPods) Pods(ctx context.Context) (prune.PodIndex, bool, error) {
+	idx, live, err := p.src.Pods(ctx)
+	if err != nil {
+		return nil, live, err
+	}
+	if err := proveAll(ctx, p.witnesses, Evidence{Pods: idx}); err != nil {
+		return nil, live, err
+	}
+	if live {
+		// A live view can stop being this node's mid-run (a Node deleted,
+		// or registered by another machine; a kubelet that stopped
+		// renewing its Lease; a relist without the daemon's own pod): the
+		// executor checks Synced before every removal.
+		idx = witnessed{PodIndex: idx, witnesses: p.witnesses}
+	}
+	return idx, live, nil
+}
+
+// witnessed is a live pod view that counts as synced only while its
+// witnesses hold.
+type witnessed struct {
+	prune.PodIndex
+	witnesses []Witness
+}
+
+// Synced implements prune.PodIndex.
+func (s witnessed) Synced() bool { return s.PodIndex.Synced() && holdAll(s.witnesses) }
+
+// SeenMirror implements prune.MirrorHistory when the view does.
+func (s witnessed) SeenMirror(uid string) bool {
+	h, ok := s.PodIndex.(prune.MirrorHistory)
+	return ok && h.SeenMirror(uid)
+}
+
+// selfPodWitness proves that a view of the node's pods holds the daemon's
+// own pod: a view of another node, or of a stale Node, does not.
+type selfPodWitness struct {
+	uid  string
+	node string
+
+	mu  sync.Mutex
+	idx prune.PodIndex // the view last proven
+}
+
+// Name implements Witness.
+func (w *selfPodWitness) Name() string { return "own-pod" }
+
+// Prove implements Witness.
+func (w *selfPodWitness) Prove(_ context.Context, ev Evidence) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.idx = nil
+	if !ev.Pods.HasUID(w.uid) {
+		return unproven(ErrNodeUnproven, "this daemon's own pod (UID %s) is not among the pods of node %q", w.uid, w.node)
+	}
+	w.idx = ev.Pods
+	return nil
+}
+
+// Holds implements Witness: the view proven still holds the pod.
+func (w *selfPodWitness) Holds() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.idx != nil && w.idx.HasUID(w.uid)
+}

@@ -1,4 +1,4 @@
-package daemon
+package liveness
 
 import (
 	"context"
@@ -95,8 +95,8 @@ func TestCheckNode(t *testing.T) {
 		{"API server down", nodeStub{err: errors.New("connection refused")}, false, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id := &identity{node: "n", bootIDFile: bootFile, nodes: tc.src}
-			err := id.checkNode(t.Context())
+			id := &bootWitness{node: "n", bootIDFile: bootFile, nodes: tc.src}
+			err := id.Prove(t.Context(), Evidence{})
 			if errors.Is(err, ErrNodeUnproven) != tc.unproven || (tc.want == "") != (err == nil) ||
 				(err != nil && !strings.Contains(err.Error(), tc.want)) {
 				t.Fatalf("err %v, want unproven=%v and %q", err, tc.unproven, tc.want)
@@ -108,12 +108,12 @@ func TestCheckNode(t *testing.T) {
 	}
 }
 
-// TestStillProven: a live view counts as synced, removal by removal, only
+// TestBootWitnessHolds: a live view counts as synced, removal by removal, only
 // while the Node's watch is fresh and the Node is still the one proven: a
 // watch that broke (an outage: another machine may have registered the
 // name meanwhile), a Node gone, or one that reports another boot stops the
 // run.
-func TestStillProven(t *testing.T) {
+func TestBootWitnessHolds(t *testing.T) {
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
 	const boot = "b00710e0-0000-4000-8000-000000000002"
 	if err := os.WriteFile(bootFile, []byte(boot+"\n"), 0o600); err != nil {
@@ -126,32 +126,32 @@ func TestStillProven(t *testing.T) {
 			"status": map[string]any{"nodeInfo": map[string]any{"bootID": bootID}},
 		}}).(*unstructured.Unstructured)
 	}
-	id := &identity{node: "n", bootIDFile: bootFile, nodes: w}
-	if id.stillProven() {
+	id := &bootWitness{node: "n", bootIDFile: bootFile, nodes: w}
+	if id.Holds() {
 		t.Fatal("proven before any proof")
 	}
 	if err := w.store.Add(node(boot)); err != nil {
 		t.Fatal(err)
 	}
 	w.setFresh()
-	if err := id.checkNode(t.Context()); err != nil || !id.stillProven() {
-		t.Fatalf("this machine's Node: %v, still proven %v", err, id.stillProven())
+	if err := id.Prove(t.Context(), Evidence{}); err != nil || !id.Holds() {
+		t.Fatalf("this machine's Node: %v, still proven %v", err, id.Holds())
 	}
 	w.setStale(errWatchEnded)
-	if id.stillProven() {
+	if id.Holds() {
 		t.Error("still proven while the Node's watch is not fresh")
 	}
 	w.setFresh()
 	if err := w.store.Update(node("another")); err != nil {
 		t.Fatal(err)
 	}
-	if id.stillProven() {
+	if id.Holds() {
 		t.Error("still proven while the Node reports another boot ID")
 	}
 	if err := w.store.Delete(node("another")); err != nil {
 		t.Fatal(err)
 	}
-	if id.stillProven() {
+	if id.Holds() {
 		t.Error("still proven without a Node")
 	}
 }
