@@ -53,8 +53,6 @@ func TestRunUsage(t *testing.T) {
 		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--expect-runtime=containerd", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "--cleanup-config-dir: the uninstall cleanup needs API server access: not with cri liveness"},
 		{name: "barrier timeout in seconds", args: []string{"daemon", "--node-name=n", "--cleanup-barrier-timeout=120"}, code: exitUsage, stderr: "want a duration with a unit, such as 120m or 120s"},
 		// Refusals of issue 25: what would switch a guard off.
-		{name: "cri alone without a proof", args: []string{"prune", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
-		{name: "daemon cri alone without a proof", args: []string{"daemon", "--liveness=cri", "--pod-uid="}, code: exitUsage, stderr: "--expect-runtime: cri liveness alone needs a proof"},
 		{name: "bad expected runtime", args: []string{"prune", "--liveness=cri", "--expect-runtime=containerd://"}, code: exitUsage, stderr: "--expect-runtime: invalid runtime"},
 		{name: "min-age zero", args: []string{"prune", "--node-name=n", "--min-age=0"}, code: exitUsage, stderr: "--min-age: 0s is under the floor of 1m0s"},
 		{name: "min-age 1ms", args: []string{"daemon", "--node-name=n", "--min-age=1ms"}, code: exitUsage, stderr: "--min-age: 1ms is under the floor"},

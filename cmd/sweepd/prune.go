@@ -83,8 +83,8 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 	fs.StringVar(&p.liveness, "liveness", string(liveness.ModeAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
 	positiveDurationVar(fs, &c.CRITimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
-	fs.StringVar(&c.SelfPodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods and the runtime's list of sandboxes must hold it; default $POD_UID")
-	fs.StringVar(&c.ExpectRuntime, "expect-runtime", "", "the kubelet's container runtime, NAME or NAME://VERSION as the CONTAINER-RUNTIME column of kubectl get nodes -o wide reads (containerd, cri-o://1.34.1): the runtime at --cri-endpoint must be it; with --liveness=cri on a bare node, the proof that the socket is the kubelet's runtime")
+	fs.StringVar(&c.SelfPodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods must hold it, and the runtime must list READY for it the sandbox this process runs in; empty on a bare node; default $POD_UID")
+	fs.StringVar(&c.ExpectRuntime, "expect-runtime", "", "the kubelet's container runtime, NAME or NAME://VERSION as the CONTAINER-RUNTIME column of kubectl get nodes -o wide reads (containerd, cri-o://1.34.1): the runtime at --cri-endpoint must answer so; a check against mistakes, no proof (on a bare node the proof is a running kubelet whose runtime endpoint is --cri-endpoint's socket)")
 	addFlagGroup(cmd, "Liveness flags", fs)
 
 	fs = newFlagSet()
