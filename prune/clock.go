@@ -222,7 +222,7 @@ type ClockState struct {
 // the guard measured it.
 type ClockStep struct {
 	// Size is how far the wall clock moved against the awake clock since
-	// the guard's previous report (or the start of its watch): the size of
+	// the guard's previous report (or its first reading): the size of
 	// the sets plus the time suspended. Forward when positive, which holds
 	// files back; 0 for a set to the time it read.
 	Size time.Duration
