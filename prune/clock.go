@@ -27,26 +27,56 @@ import (
 // least the age by the wall clock minus their sum (ClockState.Forward).
 // Backward steps make files look younger, which holds nothing back.
 //
-// The guard measures a step against CLOCK_BOOTTIME, which no settimeofday
-// moves and which counts suspend: it keeps the offset between the two clocks,
-// and a change of it is a step. The kernel slews both clocks alike and adds
-// the time of a suspend to both, so only a set changes the offset (and the
-// two readings, not quite simultaneous, add some nanoseconds either way). It
-// sees every set while it watches (the kernel cancels a timerfd armed with
-// TFD_TIMER_CANCEL_ON_SET); a step between boot and the start of the watch
-// is seen only through the uptime rule: in the first minimum age after boot
-// no file written since the boot can be old, whatever its mtime says (files
-// from before the boot are the boot record's business).
+// A suspend is such a step too. The wall clock runs on across it, but every
+// process is frozen: an ADD that began just before a suspend of an hour is
+// no further along at the resume, and its file looks an hour older. The
+// true age of a file is therefore its age on the awake clock
+// (CLOCK_MONOTONIC, which stops while the node is suspended), and the guard
+// measures the wall clock against it: it keeps the offset between the two,
+// and a change of it is a step, the time suspended plus the size of any set.
+// The kernel slews both clocks alike, so only a set or a suspend changes the
+// offset (and the two readings, not quite simultaneous, add some nanoseconds
+// either way). The minimum age after a step is measured on the awake clock
+// as well: a second suspend within it does not age the first step out.
+//
+// It sees every set and every resume while it watches (the kernel cancels a
+// timerfd armed with TFD_TIMER_CANCEL_ON_SET at both), and a run's State
+// measures what happened since the last reading too, so a resume reported
+// late, or with no watch at all, counts from the first run after it. Before
+// its first reading it cannot tell when a step happened:
+//   - a set between boot and then is seen only through the uptime rule: in
+//     the first minimum age the node is awake after boot no file written
+//     since the boot can be old, whatever its mtime says (files from before
+//     the boot are the boot record's business);
+//   - the time suspended between boot and then is known (CLOCK_BOOTTIME
+//     minus CLOCK_MONOTONIC), only not when. It counts as a forward step
+//     at the first reading. Counting only the suspends after it would be
+//     wrong exactly when it matters most: a one-shot `sweepd prune` started
+//     by a timer right after a resume, or a daemon restarted then, would
+//     judge the files of ADDs frozen by that suspend by their wall-clock
+//     age. The cost is nil on the usual node, which never suspends (the two
+//     clocks are then equal), and one minimum age after the start on a node
+//     that does; a one-shot prune there pays it at every run, as it holds
+//     the files younger than the minimum age plus the node's whole suspended
+//     time since boot, which is safe if unhelpful.
 type ClockGuard struct {
 	wall  func() time.Time
 	boot  func() (time.Duration, error)
+	awake func() (time.Duration, error)
 	watch SetWatcher
+	// bootOnly: the boot clock was replaced and the awake clock was not,
+	// which then follows the boot clock (no suspend).
+	bootOnly bool
 
 	mu sync.Mutex
-	// offset is the wall clock minus the boot clock at the last reading;
-	// valid once based.
+	// offset is the wall clock minus the awake clock at the last reading
+	// that recorded a step, or the first one; valid once based.
 	offset time.Duration
 	based  bool
+	// reported are the offset and the time suspended since boot at the
+	// last report of a step (or the first reading): the next report
+	// measures against them, whatever States recorded meanwhile.
+	reported, reportedSlept time.Duration
 	// forward are the forward steps seen, oldest first.
 	forward []forwardStep
 	// horizon is the largest window State was asked for: older steps can
@@ -55,14 +85,15 @@ type ClockGuard struct {
 	steps   int
 }
 
-// forwardStep is a forward step of the wall clock.
+// forwardStep is a forward step of the wall clock against the awake clock.
 type forwardStep struct {
-	at   time.Duration // boot clock when measured, at or after the step
+	at   time.Duration // awake clock when measured, at or after the step
 	size time.Duration // > 0
 }
 
 // readingNoise is more than the gap between reading the wall clock and the
-// boot clock one after the other: a difference of offsets below it is no set.
+// awake clock one after the other: a difference of offsets below it is no
+// set.
 const readingNoise = time.Millisecond
 
 // maxForwardSteps bounds the steps the guard keeps: a clock set forward
@@ -84,9 +115,17 @@ func WithWallClock(now func() time.Time) ClockOption {
 	return func(g *ClockGuard) { g.wall = now }
 }
 
-// WithBootClock replaces CLOCK_BOOTTIME as the time since boot.
+// WithBootClock replaces CLOCK_BOOTTIME as the time since boot, suspend
+// included. Without WithAwakeClock the awake clock is then this one too:
+// the node is never suspended.
 func WithBootClock(boot func() (time.Duration, error)) ClockOption {
-	return func(g *ClockGuard) { g.boot = boot }
+	return func(g *ClockGuard) { g.boot, g.bootOnly = boot, true }
+}
+
+// WithAwakeClock replaces CLOCK_MONOTONIC as the time since boot that the
+// node was awake. A test that replaces it replaces the boot clock too.
+func WithAwakeClock(awake func() (time.Duration, error)) ClockOption {
+	return func(g *ClockGuard) { g.awake = awake }
 }
 
 // WithSetWatcher replaces the timerfd that reports sets of the wall clock.
@@ -102,6 +141,12 @@ func NewClockGuard(opts ...ClockOption) *ClockGuard {
 	for _, o := range opts {
 		o(g)
 	}
+	if g.awake == nil {
+		g.awake = awakeTime
+		if g.bootOnly {
+			g.awake = g.boot
+		}
+	}
 	return g
 }
 
@@ -115,66 +160,115 @@ func bootTime() (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
+// awakeTime is the time since boot that the node was awake: it stops while
+// the node is suspended, and no settimeofday moves it. Go's own monotonic
+// clock is this one, but it is not exposed as a number.
+func awakeTime() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, fmt.Errorf("clock_gettime(CLOCK_MONOTONIC): %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// reading is one reading of the three clocks.
+type reading struct {
+	wall        time.Time
+	awake, boot time.Duration
+}
+
+// offset is the wall clock minus the awake clock.
+func (r reading) offset() time.Duration { return time.Duration(r.wall.UnixNano()) - r.awake }
+
+// slept is the time the node was suspended since boot. Time namespaces
+// offset the two clocks apart; no container runtime sets them for a pod.
+func (r reading) slept() time.Duration { return r.boot - r.awake }
+
+// read reads the clocks: the wall and the awake clock one after the other,
+// the boot clock last, so that the gap between them makes the time
+// suspended look longer, never shorter.
+func (g *ClockGuard) read() (reading, error) {
+	wall := g.wall()
+	awake, err := g.awake()
+	if err != nil {
+		return reading{}, err
+	}
+	boot, err := g.boot()
+	if err != nil {
+		return reading{}, err
+	}
+	return reading{wall: wall, awake: awake, boot: boot}, nil
+}
+
 // ClockState is what a ClockGuard knows of the wall clock, for files judged
 // now against a minimum age (the window).
 type ClockState struct {
-	// Uptime is the time since boot; 0 when it cannot be read, which makes
-	// nothing old.
+	// Uptime is the time since boot that the node was awake (suspends not
+	// counted); 0 when it cannot be read, which makes nothing old.
 	Uptime time.Duration
-	// Forward is the sum of the forward steps seen within the window: a
-	// file's age by the wall clock exceeds its true age by at most this.
+	// Forward is the sum of the forward steps seen within the window, sets
+	// and suspends: a file's age by the wall clock exceeds its true age
+	// (the time the node was awake since it was written) by at most this.
 	Forward time.Duration
 	// TrustedFrom is the wall time from which neither the uptime nor the
-	// steps seen so far hold any file back; zero when they hold none now.
-	// The nanoseconds between the two readings of the clocks alone can
-	// make it a window from now, for a Forward of those nanoseconds.
+	// steps seen so far hold any file back, if the node is not suspended
+	// meanwhile; zero when they hold none now. The nanoseconds between the
+	// readings of the clocks alone can make it a window after a reported
+	// set, for a Forward of those nanoseconds.
 	TrustedFrom time.Time
 }
 
-// ClockStep is one set of the wall clock as the guard measured it.
+// ClockStep is one set of the wall clock, or a resume from a suspend, as
+// the guard measured it.
 type ClockStep struct {
-	// Size is how far the wall clock moved against the boot clock since the
-	// guard's previous reading: forward when positive, 0 for a set to the
-	// time it read.
+	// Size is how far the wall clock moved against the awake clock since
+	// the guard's previous report (or its first reading): the size of
+	// the sets plus the time suspended. Forward when positive, which holds
+	// files back; 0 for a set to the time it read.
 	Size time.Duration
+	// Suspended is the time the node was suspended within Size, already
+	// counted in it; 0 when it was not.
+	Suspended time.Duration
 	// Err, when set, is why the step could not be measured; the next
 	// reading of the clocks measures it.
 	Err error
 }
 
 // State returns what the guard knows now for a minimum age of window. It
-// reads the clocks too, so that a forward step whose report has not reached
-// the guard yet counts as well. Steps older than every window asked for
-// before may be forgotten, so a caller asks for the same window each time.
+// reads the clocks too, and records a step since the last reading: a step
+// whose report has not reached the guard yet (the kernel reports a resume
+// from a work queue) counts as well, and a resume counts even when no watch
+// runs. Steps older than every window asked for before may be forgotten, so
+// a caller asks for the same window each time.
 func (g *ClockGuard) State(window time.Duration) ClockState {
-	wall := g.wall()
-	up, err := g.boot()
+	r, err := g.read()
 	if err != nil {
 		return ClockState{}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.horizon = max(g.horizon, window)
-	g.expire(up)
-	st := ClockState{Uptime: up}
-	var until time.Duration // on the boot clock
-	if up < window {
+	if !g.based {
+		g.base(r)
+	} else if d := r.offset() - g.offset; d > readingNoise || d < -readingNoise {
+		// Below readingNoise it is the gap between the two readings, not
+		// a step; the offset stays, so that such gaps never add up.
+		g.record(r, d)
+	}
+	g.expire(r.awake)
+	st := ClockState{Uptime: r.awake}
+	var until time.Duration // on the awake clock
+	if r.awake < window {
 		until = window
 	}
-	if pending := time.Duration(wall.UnixNano()) - up - g.offset; g.based && pending > readingNoise {
-		// Not recorded: the report measures it, for its log line. Below
-		// readingNoise it is the gap between the two readings, not a set.
-		st.Forward = pending
-		until = max(until, up+window)
-	}
 	for _, s := range g.forward {
-		if up-s.at < window {
+		if r.awake-s.at < window {
 			st.Forward = addSat(st.Forward, s.size)
 			until = max(until, s.at+window)
 		}
 	}
-	if until > up {
-		st.TrustedFrom = wall.Add(until - up)
+	if until > r.awake {
+		st.TrustedFrom = r.wall.Add(until - r.awake)
 	}
 	return st
 }
@@ -186,11 +280,11 @@ func (g *ClockGuard) Steps() int {
 	return g.steps
 }
 
-// check reads both clocks and records the step since the previous reading;
-// set says that the wall clock was set since.
+// check reads the clocks and records the step since the previous reading;
+// set says that the wall clock was set, or the node resumed, since. The
+// step it returns is the one since the previous report.
 func (g *ClockGuard) check(set bool) ClockStep {
-	wall := g.wall()
-	up, err := g.boot()
+	r, err := g.read()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if set {
@@ -202,26 +296,51 @@ func (g *ClockGuard) check(set bool) ClockStep {
 		// old.
 		return ClockStep{Err: err}
 	}
-	offset := time.Duration(wall.UnixNano()) - up
 	if !g.based {
-		g.offset, g.based = offset, true
+		g.base(r)
 		return ClockStep{}
 	}
-	size := offset - g.offset
-	g.offset = offset
-	if size > 0 {
-		g.expire(up)
-		g.forward = append(g.forward, forwardStep{at: up, size: size})
-		if len(g.forward) > maxForwardSteps {
-			// Counted at the newer step's time: for longer, never shorter.
-			g.forward[1].size = addSat(g.forward[1].size, g.forward[0].size)
-			g.forward = slices.Delete(g.forward, 0, 1)
-		}
+	g.record(r, r.offset()-g.offset)
+	if !set {
+		// Nothing is reported: the next report measures this step too.
+		return ClockStep{}
 	}
-	return ClockStep{Size: size}
+	s := ClockStep{Size: r.offset() - g.reported, Suspended: r.slept() - g.reportedSlept}
+	if s.Suspended <= readingNoise {
+		// The gap between the readings, not a suspend: Size has it.
+		s.Suspended = 0
+	}
+	g.reported, g.reportedSlept = r.offset(), r.slept()
+	return s
 }
 
-// expire forgets the steps older than every window asked for.
+// base takes the first reading r. The time the node was suspended before
+// it counts as a forward step measured now (see ClockGuard).
+func (g *ClockGuard) base(r reading) {
+	g.offset, g.based = r.offset(), true
+	g.reported, g.reportedSlept = r.offset(), r.slept()
+	if slept := r.slept(); slept > readingNoise {
+		g.forward = append(g.forward, forwardStep{at: r.awake, size: slept})
+	}
+}
+
+// record records the step d of the offset that reading r measured.
+func (g *ClockGuard) record(r reading, d time.Duration) {
+	g.offset = r.offset()
+	if d <= 0 {
+		return
+	}
+	g.expire(r.awake)
+	g.forward = append(g.forward, forwardStep{at: r.awake, size: d})
+	if len(g.forward) > maxForwardSteps {
+		// Counted at the newer step's time: for longer, never shorter.
+		g.forward[1].size = addSat(g.forward[1].size, g.forward[0].size)
+		g.forward = slices.Delete(g.forward, 0, 1)
+	}
+}
+
+// expire forgets the steps older than every window asked for; up is the
+// awake clock.
 func (g *ClockGuard) expire(up time.Duration) {
 	if g.horizon <= 0 {
 		return
@@ -242,10 +361,12 @@ func addSat(a, b time.Duration) time.Duration {
 	return a + b
 }
 
-// Watch measures every set of the wall clock until ctx ends, calling onStep
-// (if set) after each. It returns nil when ctx ends, or an error when the
-// sets cannot be watched; the guard then knows only the uptime rule and the
-// steps seen before. Only one Watch runs at a time.
+// Watch measures every set of the wall clock, and every resume, until ctx
+// ends, calling onStep (if set) after each. It returns nil when ctx ends, or
+// an error when the sets cannot be watched; the guard then knows the uptime
+// rule, the steps seen before, and what States measure: the net step
+// between two runs, at the later one (a set back and forward again between
+// them is missed). Only one Watch runs at a time.
 func (g *ClockGuard) Watch(ctx context.Context, onStep func(ClockStep)) error {
 	return g.watch(ctx, func(set bool) {
 		s := g.check(set)
@@ -256,7 +377,10 @@ func (g *ClockGuard) Watch(ctx context.Context, onStep func(ClockStep)) error {
 }
 
 // watchTimerfd is the SetWatcher of the node: a timerfd that the kernel
-// cancels at every set of CLOCK_REALTIME, whatever its size.
+// cancels at every set of CLOCK_REALTIME, whatever its size, and at a
+// resume: timekeeping_resume calls timerfd_resume on current kernels ("resume
+// is equivalent to clock_was_set()"); older ones did it from a work queue,
+// and not at all without CONFIG_HIGH_RES_TIMERS. State does not rely on it.
 func watchTimerfd(ctx context.Context, check func(set bool)) error {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_REALTIME, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {

@@ -1,7 +1,9 @@
 package prune
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -9,24 +11,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeClocks are a node's clocks under a test's control: time runs on both,
-// a set moves the wall clock alone and is reported to the guard's watch,
-// which has measured it when set returns. The host's clocks are never
-// touched (test/e2e/hostclock has the real timerfd).
+// fakeClocks are a node's clocks under a test's control: time runs on all
+// three, a set moves the wall clock alone and is reported to the guard's
+// watch, which has measured it when set returns; a suspend moves the wall
+// and boot clocks but not the awake one, as the kernel does. The host's
+// clocks are never touched (test/e2e/hostclock has the real timerfd).
 type fakeClocks struct {
 	mu       sync.Mutex
 	wallNow  time.Time
 	bootNow  time.Duration
-	bootErr  error
+	awakeNow time.Duration
+	bootErr  error // of both the boot and the awake clock
 	sets     chan struct{}
 	measured chan struct{}
 }
 
 func newFakeClocks(uptime time.Duration) *fakeClocks {
 	return &fakeClocks{
-		wallNow: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), bootNow: uptime,
+		wallNow: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), bootNow: uptime, awakeNow: uptime,
 		sets: make(chan struct{}), measured: make(chan struct{}),
 	}
+}
+
+func (c *fakeClocks) awake() (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.awakeNow, c.bootErr
 }
 
 func (c *fakeClocks) wall() time.Time {
@@ -62,6 +72,18 @@ func (c *fakeClocks) run(d time.Duration) {
 	defer c.mu.Unlock()
 	c.wallNow = c.wallNow.Add(d)
 	c.bootNow += d
+	c.awakeNow += d
+}
+
+// suspendUnreported suspends the node for d: the wall and boot clocks run,
+// the awake clock does not. The kernel reports the resume as a set (to a
+// timerfd armed with TFD_TIMER_CANCEL_ON_SET), but from a work queue: a run
+// may read the clocks first.
+func (c *fakeClocks) suspendUnreported(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wallNow = c.wallNow.Add(d)
+	c.bootNow += d
 }
 
 // set steps the wall clock by d and waits until the guard measured it.
@@ -89,7 +111,7 @@ func (c *fakeClocks) report() {
 // it reported.
 func (c *fakeClocks) guard(t *testing.T) (*ClockGuard, func() []ClockStep) {
 	t.Helper()
-	g := NewClockGuard(WithWallClock(c.wall), WithBootClock(c.boot), WithSetWatcher(c.watch))
+	g := NewClockGuard(WithWallClock(c.wall), WithBootClock(c.boot), WithAwakeClock(c.awake), WithSetWatcher(c.watch))
 	var mu sync.Mutex
 	var steps []ClockStep
 	ctx, cancel := context.WithCancel(context.Background())
@@ -197,7 +219,7 @@ func TestClockGuardSteps(t *testing.T) {
 				}
 			}
 			st := g.State(minAge)
-			up, _ := c.boot()
+			up, _ := c.awake()
 			if st.Uptime != up || st.Forward != tc.wantForward {
 				t.Errorf("state %+v, want uptime %s, forward %s", st, up, tc.wantForward)
 			}
@@ -297,5 +319,126 @@ func TestClockGuardKeepsFewSteps(t *testing.T) {
 	g.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d steps kept, want 1", n)
+	}
+}
+
+// TestClockGuardSuspend: a suspend is a forward step of its length. The
+// boot clock counts it, the awake clock does not, and a process frozen by it
+// (a CNI ADD under way) did nothing meanwhile: a file is old only once it is
+// older than the minimum age by the time the node was awake. Before issue 33
+// the guard measured the wall clock against the boot clock alone, which a
+// suspend moves with it, so a file whose ADD began just before a suspend of
+// an hour looked old at the resume.
+func TestClockGuardSuspend(t *testing.T) {
+	const minAge = 15 * time.Minute
+	const day = 24 * time.Hour
+	type op struct {
+		run, set, suspend time.Duration
+		report, state     bool
+	}
+	run := func(d time.Duration) op { return op{run: d} }
+	// suspend is a suspend whose resume the guard's watch hears of.
+	suspend := func(d time.Duration) op { return op{suspend: d, report: true} }
+	// suspendQuiet is one it has not heard of yet; setQuiet a set.
+	suspendQuiet := func(d time.Duration) op { return op{suspend: d} }
+	setQuiet := func(d time.Duration) op { return op{set: d} }
+	report := op{report: true}
+	// state is a run reading the guard.
+	state := op{state: true}
+	type step struct{ size, suspended time.Duration }
+	for _, tc := range []struct {
+		name        string
+		slept       time.Duration // suspended between boot and the start of the guard
+		ops         []op
+		age         time.Duration // of the file by the wall clock, at the end
+		want        Reason        // "" when it can go
+		wantUptime  time.Duration // awake time since boot at the end; day when 0
+		wantForward time.Duration
+		wantTrusted time.Duration // TrustedFrom after the end; 0 for none
+		wantReports []step
+	}{
+		{name: "file written a minute before a 1h suspend", ops: []op{run(time.Hour), suspend(time.Hour), run(2 * time.Minute)},
+			age: time.Minute + time.Hour + 2*time.Minute, want: ReasonClockUnsettled,
+			wantUptime: day + time.Hour + 2*time.Minute, wantForward: time.Hour, wantTrusted: 13 * time.Minute,
+			wantReports: []step{{time.Hour, time.Hour}}},
+		{name: "resume not reported yet: the run measures it", ops: []op{suspendQuiet(time.Hour)},
+			age: time.Hour + time.Minute, want: ReasonClockUnsettled, wantForward: time.Hour, wantTrusted: minAge},
+		{name: "resume measured by a run first, reported after", ops: []op{suspendQuiet(time.Hour), state, run(time.Minute), report},
+			age: time.Hour + 2*time.Minute, want: ReasonClockUnsettled,
+			wantUptime: day + time.Minute, wantForward: time.Hour, wantTrusted: 14 * time.Minute,
+			wantReports: []step{{time.Hour, time.Hour}}},
+		{name: "file older than min-age by awake time", ops: []op{suspend(time.Hour), run(2 * time.Minute)},
+			age:        time.Hour + minAge + time.Second,
+			wantUptime: day + 2*time.Minute, wantForward: time.Hour, wantTrusted: 13 * time.Minute,
+			wantReports: []step{{time.Hour, time.Hour}}},
+		{name: "a min-age awake after the resume", ops: []op{suspend(time.Hour), run(minAge)},
+			age: time.Hour + minAge, wantUptime: day + minAge, wantReports: []step{{time.Hour, time.Hour}}},
+		{name: "an earlier suspend counts until a min-age awake after it, a later one between",
+			ops: []op{run(time.Minute), suspend(time.Hour), run(time.Minute), suspend(20 * time.Minute), run(time.Minute)},
+			age: 3*time.Minute + time.Hour + 20*time.Minute, want: ReasonClockUnsettled,
+			wantUptime: day + 3*time.Minute, wantForward: time.Hour + 20*time.Minute, wantTrusted: 14 * time.Minute,
+			wantReports: []step{{time.Hour, time.Hour}, {20 * time.Minute, 20 * time.Minute}}},
+		{name: "suspend and a set back in one report", ops: []op{setQuiet(-30 * time.Minute), suspend(2 * time.Hour)},
+			age: time.Minute + 90*time.Minute, want: ReasonClockUnsettled, wantForward: 90 * time.Minute, wantTrusted: minAge,
+			wantReports: []step{{90 * time.Minute, 2 * time.Hour}}},
+		{name: "suspend and a set forward in one report", ops: []op{setQuiet(10 * time.Minute), suspend(time.Hour)},
+			age: minAge + 70*time.Minute - time.Second, want: ReasonClockUnsettled, wantForward: 70 * time.Minute, wantTrusted: minAge,
+			wantReports: []step{{70 * time.Minute, time.Hour}}},
+		{name: "suspended before the guard started", slept: time.Hour, ops: []op{run(2 * time.Minute)},
+			age: time.Hour + 5*time.Minute, want: ReasonClockUnsettled,
+			wantUptime: day - time.Hour + 2*time.Minute, wantForward: time.Hour, wantTrusted: 13 * time.Minute},
+		{name: "suspended before the guard started, a min-age awake ago", slept: time.Hour, ops: []op{run(minAge)},
+			age: time.Hour + time.Minute, wantUptime: day - time.Hour + minAge},
+		{name: "awake for less than min-age since boot", slept: day - 5*time.Minute,
+			age: time.Hour, want: ReasonClockUnsettled, wantUptime: 5 * time.Minute, wantForward: day - 5*time.Minute, wantTrusted: minAge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeClocks(day)
+			c.awakeNow -= tc.slept
+			g, steps := c.guard(t)
+			for _, o := range tc.ops {
+				switch {
+				case o.state:
+					g.State(minAge)
+				case o.run != 0:
+					c.run(o.run)
+				case o.set != 0:
+					c.setUnreported(o.set)
+				}
+				if o.suspend != 0 {
+					c.suspendUnreported(o.suspend)
+				}
+				if o.report {
+					c.report()
+				}
+			}
+			var got []step
+			for _, s := range steps() {
+				if s.Err != nil {
+					t.Fatalf("step %+v", s)
+				}
+				got = append(got, step{s.Size, s.Suspended})
+			}
+			if !slices.Equal(got, tc.wantReports) {
+				t.Errorf("reported %v, want %v", got, tc.wantReports)
+			}
+			st := g.State(minAge)
+			wantUptime := cmp.Or(tc.wantUptime, day)
+			if st.Uptime != wantUptime || st.Forward != tc.wantForward {
+				t.Errorf("state %+v, want uptime %s, forward %s", st, wantUptime, tc.wantForward)
+			}
+			var wantTrusted time.Time
+			if tc.wantTrusted != 0 {
+				wantTrusted = c.wall().Add(tc.wantTrusted)
+			}
+			if !st.TrustedFrom.Equal(wantTrusted) {
+				t.Errorf("trusted from %s, want %s", st.TrustedFrom, wantTrusted)
+			}
+			now := c.wall()
+			p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
+			if r := p.young(Entry{ModTime: now.Add(-tc.age), ChangeTime: now.Add(-tc.age)}); r != tc.want {
+				t.Errorf("file of age %s: %q, want %q", tc.age, r, tc.want)
+			}
+		})
 	}
 }

@@ -449,7 +449,11 @@ const clockStepTolerance = 10 * time.Millisecond
 // back then makes a file made after the views look older than them, a step
 // forward makes a young file look old: either could condemn a new pod's
 // file or reservation. NTP's slewing moves both clocks alike; only a set
-// moves one against the other.
+// moves one against the other, or a suspend: Go's monotonic clock is
+// CLOCK_MONOTONIC, which stops while the node is suspended and the wall
+// clock does not, so a suspend during the run is a forward step here too
+// (an ADD frozen by it is no further along at the resume), and the clock
+// guard counts it for the runs after (ClockGuard).
 func (e *executor) clockStepped() bool {
 	skew := e.skew
 	if skew == nil {
@@ -461,7 +465,7 @@ func (e *executor) clockStepped() bool {
 	d := skew()
 	if d > clockStepTolerance || d < -clockStepTolerance {
 		e.stepOnce.Do(func() {
-			e.opts.Logger.Warn("wall clock set during the run: nothing more is removed or released in it", "step_seconds", d.Seconds())
+			e.opts.Logger.Warn("wall clock set, or the node suspended, during the run: nothing more is removed or released in it", "step_seconds", d.Seconds())
 		})
 		return true
 	}

@@ -126,8 +126,10 @@ const (
 	// would be judged by was taken; the next run's view knows its sandbox.
 	ReasonNewerThanView Reason = "newer-than-view"
 	// ReasonClockUnsettled: old by the wall clock, but not by more than the
-	// forward steps of the clock within the last minimum age, or the node
-	// booted less than the minimum age ago, so the age cannot be trusted.
+	// forward steps of the clock within the last minimum age (sets, and
+	// suspends: the wall clock runs on while an ADD is frozen), or the node
+	// has been awake for less than the minimum age since boot, so the age
+	// cannot be trusted.
 	ReasonClockUnsettled Reason = "clock-unsettled"
 	// ReasonNoResultsDir: a scratch file in a cache without results/
 	// (multus before v3.7.2 kept delegate results elsewhere): nothing here
@@ -212,8 +214,9 @@ type Planner struct {
 	// CRI-O).
 	RequirePodUID bool
 	// Clock is what the ClockGuard knows for MinAge: ages are trusted only
-	// once the node has been up for MinAge, and only beyond MinAge plus the
-	// forward steps of the last MinAge. The zero value trusts no age.
+	// once the node has been awake for MinAge, and only beyond MinAge plus
+	// the forward steps (sets and suspends) of the last MinAge it was
+	// awake. The zero value trusts no age.
 	Clock ClockState
 	// ViewTime, when set, is when the oldest liveness view of the run was
 	// taken (a one-shot list of pods, the runtime's list of sandboxes). A

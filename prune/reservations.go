@@ -62,8 +62,10 @@ const (
 // ErrReservationsNeedNetworks means Run was asked to release host-local
 // reservations without naming the networks to release them in. The
 // runtime knows only the kubelet's sandboxes: in a network that another
-// CNI user shares (nerdctl, podman with CNI), its containers' reservations
-// look orphaned, so nothing is released in a network not named.
+// CNI user shares (podman with CNI, whose container IDs are 64 hex digits
+// like a sandbox's), its containers' reservations look orphaned, and
+// nothing in a reservation tells them apart, so nothing is released in a
+// network not named.
 var ErrReservationsNeedNetworks = errors.New("releasing host-local reservations needs the networks to release them in")
 
 // host-local's names in a network directory that are not reservations.
@@ -142,8 +144,11 @@ func (p Planner) Reservation(e ReservationEntry, known map[SandboxID]struct{}) D
 	}
 	id, ok := ParseSandboxID(e.Reservation.ContainerID)
 	if !ok || p.Sandboxes == nil {
-		// Not a CRI sandbox ID (podman, a plain CNI user): no runtime
-		// sweep asks can vouch for its death.
+		// Not a CRI sandbox ID (nerdctl's <namespace>-<container ID>):
+		// no runtime sweep asks can vouch for its death. This tells no
+		// other CNI user apart in general: a podman container's ID (CNI
+		// backend) is 64 hex digits like a sandbox's, so only the network
+		// list (HostLocalNetworks) keeps its reservation.
 		return keep(ReasonNoIdentity)
 	}
 	if p.Sandboxes.Has(id) {

@@ -199,7 +199,10 @@ func TestRunReleasesReservations(t *testing.T) {
 			writeReservation(t, rt.net, "10.1.0.300", multuscache.NewSandboxID(), hourAgo)
 			writeReservation(t, rt.net, "10.1.0.10", multuscache.NewSandboxID()+"\nnet1\nmore", hourAgo)
 			writeReservation(t, rt.net, "10.1.0.11", "", hourAgo)
-			writeReservation(t, rt.net, "10.1.0.12", "podman-container\r\neth0", hourAgo)
+			// nerdctl's: its OCI hook passes CNI <namespace>-<container ID>,
+			// which is no sandbox ID. (A podman container's is 64 hex
+			// digits like a sandbox's: only the network list keeps it.)
+			writeReservation(t, rt.net, "10.1.0.12", "default-"+multuscache.NewSandboxID()+"\r\neth0", hourAgo)
 			if err := os.Mkdir(filepath.Join(rt.net, "10.1.0.13"), 0o755); err != nil {
 				t.Fatal(err)
 			}

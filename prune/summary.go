@@ -82,8 +82,9 @@ type Summary struct {
 	CNIDel *CNIDelCounts `json:"cniDel,omitempty"`
 	// AgesTrustedFrom is when the clock guard (Options.Clock) stops holding
 	// files back: until then files old by the wall clock are kept as
-	// clock-unsettled, because the node booted or its clock was set forward
-	// within the minimum age. Zero when it held nothing back.
+	// clock-unsettled, because the node booted, was suspended or had its
+	// clock set forward within the minimum age. Zero when it held nothing
+	// back.
 	AgesTrustedFrom time.Time `json:"agesTrustedFrom,omitzero"`
 	// Caches counts the same by cache directory, in the order the run
 	// pruned them (CacheMultus first); a cache the run did not reach is
