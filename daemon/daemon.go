@@ -116,9 +116,17 @@ const MinInterval = time.Minute
 
 // HostLocalMinAge is the floor of the minimum age when host-local
 // reservations are released: a reservation exists from the middle of its
-// ADD, and the kubelet gives RunPodSandbox up to 4 minutes (twice its
-// runtime request timeout) before the runtime lists the sandbox.
-const HostLocalMinAge = 5 * time.Minute
+// ADD, and the kubelet gives RunPodSandbox twice its runtimeRequestTimeout
+// (4 minutes by default; containerd runs the ADD under that deadline)
+// before the runtime lists the sandbox, plus a minute for the plugin's
+// delegates. A kubelet with a raised runtimeRequestTimeout needs a higher
+// --min-age: 2 x its timeout + 1m (docs/cni-del.md). sweepd cannot read the
+// kubelet's setting without rights to its configz.
+const HostLocalMinAge = 2*kubeletRuntimeRequestTimeout + time.Minute
+
+// kubeletRuntimeRequestTimeout is the kubelet's default
+// runtimeRequestTimeout.
+const kubeletRuntimeRequestTimeout = 2 * time.Minute
 
 // FieldError is an invalid field of a Config, so that a command can name
 // the flag that set it; Field is the Config field: "Prune.MinAge",
@@ -189,10 +197,11 @@ func (c Config) Validate() error {
 		if c.Prune.MinAge < HostLocalMinAge && !c.AllowShortIntervals {
 			// host-local writes a reservation during the ADD, and the
 			// runtime lists the sandbox only once RunPodSandbox returns,
-			// which the kubelet allows up to twice its 2m request timeout:
+			// which the kubelet allows up to twice its request timeout:
 			// until then the reservation's age is all that keeps it.
 			return fieldError("Prune.MinAge", "%s is under the floor of %s for releasing host-local reservations: "+
-				"the runtime lists a sandbox only after its ADD, which may take minutes", c.Prune.MinAge, HostLocalMinAge)
+				"the runtime lists a sandbox only after its ADD, which may take twice the kubelet's runtimeRequestTimeout "+
+				"(a raised timeout needs 2 x it + 1m)", c.Prune.MinAge, HostLocalMinAge)
 		}
 		for _, dir := range c.Prune.HostLocalDirs {
 			if !filepath.IsAbs(dir) {
