@@ -1,0 +1,120 @@
+package witness_test
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/sweep-k8s/sweep/test/framework/witness"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: mount namespaces and bind mounts")
+	}
+}
+
+// hostnameRoot returns the root field (the 4th) of the last mountinfo line
+// whose mount point is /etc/hostname: the topmost mount there.
+func hostnameRoot(mountinfo string) string {
+	root := ""
+	sc := bufio.NewScanner(strings.NewReader(mountinfo))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 4 && f[4] == "/etc/hostname" {
+			root = f[3]
+		}
+	}
+	return root
+}
+
+// TestInSandbox checks what sweepd reads: the command's own process (the
+// PID the test started) sees /etc/hostname mounted from the sandbox's
+// directory, and the test's mount namespace does not.
+func TestInSandbox(t *testing.T) {
+	needRoot(t)
+	id := strings.Repeat("0123456789abcdef", 4)
+	cmd := exec.Command("sh", "-c", `echo $$; cat /proc/self/mountinfo`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	dir := witness.InSandbox(t, cmd, id)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	first, mountinfo, _ := strings.Cut(out.String(), "\n")
+	if first != strconv.Itoa(pid) {
+		t.Errorf("the command ran as PID %s, want the started %d", first, pid)
+	}
+	root := hostnameRoot(mountinfo)
+	if want := filepath.Join(witness.SandboxesDir, id, "hostname"); !strings.HasSuffix(root, "/"+want) {
+		t.Errorf("/etc/hostname's root = %q, want one ending in /%s\n%s", root, want, mountinfo)
+	}
+	if !strings.HasPrefix(dir, os.TempDir()) || !strings.HasSuffix(dir, id) {
+		t.Errorf("sandbox directory %q", dir)
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(host), id) {
+		t.Errorf("the sandbox's mount leaked into the test's namespace:\n%s", host)
+	}
+}
+
+// TestStartKubelet checks the comm and the cmdline that sweepd reads, and
+// that Kill takes the process out of /proc.
+func TestStartKubelet(t *testing.T) {
+	const endpoint = "unix:///run/fake/cri.sock"
+	k := witness.StartKubelet(t, "--container-runtime-endpoint="+endpoint, "--v=2")
+	proc := "/proc/" + strconv.Itoa(k.Pid())
+	comm, err := os.ReadFile(proc + "/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(comm) != "kubelet\n" {
+		t.Errorf("comm = %q, want kubelet", comm)
+	}
+	cmdline, err := os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if n := len(args); n < 2 || args[n-2] != "--container-runtime-endpoint="+endpoint || args[n-1] != "--v=2" {
+		t.Errorf("cmdline = %q", args)
+	}
+	k.Kill()
+	if _, err := os.Stat(proc); !os.IsNotExist(err) {
+		t.Errorf("%s after Kill: %v", proc, err)
+	}
+	k.Kill()
+}
+
+// TestKubeletConfig checks that the file says what a kubelet would read.
+func TestKubeletConfig(t *testing.T) {
+	const endpoint = "unix:///run/containerd/containerd.sock"
+	data, err := os.ReadFile(witness.KubeletConfig(t, endpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Kind                     string `json:"kind"`
+		ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kind != "KubeletConfiguration" || cfg.ContainerRuntimeEndpoint != endpoint {
+		t.Errorf("config %+v from\n%s", cfg, data)
+	}
+}
