@@ -66,18 +66,23 @@ func (ownSandboxWitness) Holds() bool { return true }
 
 // ownSandboxIDs returns the sandbox IDs that the mounts of sandboxFiles name
 // in their source paths (mountinfo's root field): every path element of 64
-// lowercase hex digits, in order and without repeats.
+// lowercase hex digits, in order and without repeats. Of several mounts on
+// one file (a machine that is itself a container), the last is the one the
+// process sees.
 func ownSandboxIDs(mountInfo []byte) []prune.SandboxID {
-	var ids []prune.SandboxID
+	roots := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(mountInfo))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE ...
 		f := strings.Fields(sc.Text())
-		if len(f) < 5 || !slices.Contains(sandboxFiles, unescapeMount(f[4])) {
-			continue
+		if len(f) >= 5 && slices.Contains(sandboxFiles, unescapeMount(f[4])) {
+			roots[unescapeMount(f[4])] = unescapeMount(f[3])
 		}
-		for _, el := range strings.Split(unescapeMount(f[3]), "/") {
+	}
+	var ids []prune.SandboxID
+	for _, file := range sandboxFiles {
+		for _, el := range strings.Split(roots[file], "/") {
 			if id, ok := prune.ParseSandboxID(el); ok && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}

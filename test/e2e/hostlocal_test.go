@@ -15,7 +15,6 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sweep-k8s/sweep/test/framework"
-	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 )
 
 // TestReleaseHostLocalEndToEnd makes real reservations with the real bridge
@@ -30,7 +29,7 @@ import (
 // real host-local then hands the address out again.
 func TestReleaseHostLocalEndToEnd(t *testing.T) {
 	binDir, sweepd, cp, cs := startCNITest(t)
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 
 	suffix := randHex(t, 3)
 	tmp := t.TempDir()
@@ -307,7 +306,7 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 // host-local writes them: it releases the orphan on its schedule, counts it,
 // keeps the live sandbox's, and releases nothing while the runtime hangs.
 func TestDaemonReleasesHostLocal(t *testing.T) {
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	multusDir := filepath.Join(t.TempDir(), "multus")
 	if err := os.MkdirAll(filepath.Join(multusDir, "results"), 0o755); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
 
 // TestNodeViewMustBeThisMachine: a field-selected list for a node name that
@@ -142,71 +146,140 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 // logQuoted is s as the text log quotes it inside a value.
 func logQuoted(s string) string { return strings.ReplaceAll(s, `"`, `\"`) }
 
-// TestRuntimeMustBeKubelets: --liveness=cri trusts a runtime only once it
-// has proven it is the kubelet's; one that lists none of the kubelet's
-// sandboxes would otherwise make every file sandbox-gone.
+// TestRuntimeMustBeKubelets: --liveness=cri trusts a runtime only once a
+// witness that only this node's live kubelet can give proved it runs the
+// node's pods; one that lists none of them would make every file
+// sandbox-gone and every old reservation orphaned. A runtime's name and
+// version prove nothing: a second containerd, of any version or of the
+// very same one, answers alike (issue 33's attacks 1 and 2).
 func TestRuntimeMustBeKubelets(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multus")
+	networks := filepath.Join(t.TempDir(), "networks")
 	old := time.Now().Add(-time.Hour)
 	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.NewUID()}
 	self := multuscache.NewUID()
-	// The kubelet's runtime runs the pod (and the daemon, in the chart);
-	// another runtime on the default socket runs nothing of it.
-	kubelets, other := fakecri.Start(t), fakecri.Start(t)
-	podSandbox, selfSandbox := multuscache.NewSandboxID(), multuscache.NewSandboxID()
+	// The kubelet's runtime runs the pod and the daemon; a second runtime,
+	// at another socket, runs nothing of the node's but answers to the
+	// same name and version, and an old one still holds the daemon pod's
+	// sandbox from before the kubelet moved off it.
+	kubelets, second, oldRuntime := fakecri.Start(t), fakecri.Start(t), fakecri.Start(t)
+	witness.StartKubelet(t, "--container-runtime-endpoint="+kubelets.Endpoint)
+	podSandbox, selfSandbox, oldSelfSandbox := multuscache.NewSandboxID(), multuscache.NewSandboxID(), multuscache.NewSandboxID()
 	kubelets.AddPod(podSandbox, pod.UID)
 	kubelets.AddPod(selfSandbox, self)
-	kubelets.SetVersion("containerd", "v2.4.2")
-	other.SetVersion("docker", "28.1.1")
+	second.AddPod(multuscache.NewSandboxID(), multuscache.NewUID())
+	oldRuntime.AddPod(oldSelfSandbox, self)
+	for _, rt := range []*fakecri.Server{kubelets, second, oldRuntime} {
+		rt.SetVersion("containerd", "v2.4.2")
+	}
 	files := sandboxFiles(t, dir, podSandbox, pod, old)
+	// An old reservation of the live pod's sandbox, in a network the
+	// operator allowed: a runtime that does not list the sandbox would
+	// release the live pod's address.
+	reservation := filepath.Join(networks, "net1", "10.22.0.5")
+	if err := os.MkdirAll(filepath.Dir(reservation), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(reservation, []byte(podSandbox+"\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(reservation, old, old); err != nil {
+		t.Fatal(err)
+	}
+	kept := append([]string{reservation}, files...)
 	env := []string{"KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME=", "POD_UID="}
-	base := []string{"--liveness=cri", "--multus-dir=" + dir, "--cri-timeout=2s"}
+	base := []string{"--liveness=cri", "--multus-dir=" + dir, "--cri-timeout=2s", "--min-age=5m",
+		"--release-host-local-dir=" + networks, "--release-host-local-network=net1"}
 	predateViews()
 
 	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want string
+		name    string
+		args    []string
+		sandbox string // run as a container of this sandbox; "" on the host
+		want    string
 	}{
-		{"no proof at all", []string{"--cri-endpoint=" + other.Endpoint}, 2, "cri liveness alone needs a proof"},
-		{"own pod not in the list", []string{"--cri-endpoint=" + other.Endpoint, "--pod-uid=" + self}, 1, "lists no sandbox of this daemon's own pod"},
-		{"another runtime than expected", []string{"--cri-endpoint=" + other.Endpoint, "--expect-runtime=containerd"}, 1, "is docker://28.1.1, not containerd"},
-		{"another version than expected", []string{"--cri-endpoint=" + kubelets.Endpoint, "--expect-runtime=containerd://2.4.1"}, 1, "not containerd://2.4.1"},
+		{"bare node: a second runtime of the same name and version, as the env file once named it",
+			[]string{"--cri-endpoint=" + second.Endpoint, "--expect-runtime=containerd"}, "", "no kubelet on this machine uses the socket"},
+		{"bare node: a second runtime of the same version",
+			[]string{"--cri-endpoint=" + second.Endpoint, "--expect-runtime=containerd://2.4.2"}, "", "no kubelet on this machine uses the socket"},
+		{"bare node: the kubelet's runtime, but another version than expected",
+			[]string{"--cri-endpoint=" + kubelets.Endpoint, "--expect-runtime=containerd://2.4.1"}, "", "not containerd://2.4.1"},
+		{"in a pod: an old runtime that lists only the daemon pod's old sandbox",
+			[]string{"--cri-endpoint=" + oldRuntime.Endpoint, "--pod-uid=" + self}, selfSandbox, "only other sandboxes of this pod"},
+		{"in a pod: a second runtime that lists no sandbox of the daemon's pod",
+			[]string{"--cri-endpoint=" + second.Endpoint, "--pod-uid=" + self}, selfSandbox, "lists no sandbox of this pod"},
+		{"--pod-uid outside a pod", []string{"--cri-endpoint=" + kubelets.Endpoint, "--pod-uid=" + self}, "", "mounted from no pod sandbox"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, stderr, code := runPrune(t, env, append(base, tc.args...)...)
-			if code != tc.code || !strings.Contains(stderr, tc.want) {
-				t.Fatalf("exit %d, want %d and %q", code, tc.code, tc.want)
+			cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), append([]string{"prune", "--output=json"}, append(base, tc.args...)...)...)
+			cmd.Env = append(os.Environ(), env...)
+			if tc.sandbox != "" {
+				witness.InSandbox(t, cmd, tc.sandbox)
 			}
-			framework.CheckFiles(t, tc.name, files, true)
+			_, stderr, code := runCmd(t, cmd)
+			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 1 and %q:\n%s", code, tc.want, stderr)
+			}
+			framework.CheckFiles(t, tc.name, kept, true)
 		})
 	}
 
-	for _, proof := range [][]string{{"--pod-uid=" + self}, {"--expect-runtime=containerd://2.4.2"}, {"--expect-runtime=containerd"}} {
-		t.Run("proven by "+proof[0], func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		sandbox string
+	}{
+		{"a running kubelet uses the socket", []string{"--cri-endpoint=" + kubelets.Endpoint, "--expect-runtime=containerd://2.4.2"}, ""},
+		{"the daemon's own sandbox is listed", []string{"--cri-endpoint=" + kubelets.Endpoint, "--pod-uid=" + self}, selfSandbox},
+	} {
+		t.Run("proven: "+tc.name, func(t *testing.T) {
 			gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
-			predateViews()
-			sum, _, code := runPrune(t, env, append(append(base, "--cri-endpoint="+kubelets.Endpoint), proof...)...)
-			if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 2 {
-				t.Fatalf("exit %d, summary %+v", code, sum)
+			cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), append([]string{"prune", "--output=json"}, append(base, tc.args...)...)...)
+			cmd.Env = append(os.Environ(), env...)
+			if tc.sandbox != "" {
+				witness.InSandbox(t, cmd, tc.sandbox)
 			}
-			framework.CheckFiles(t, "the runtime's sandbox", files, true)
+			out, stderr, code := runCmd(t, cmd)
+			var sum pruneSummary
+			if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil || sum.RemovedBy["sandbox-gone"] != 2 || sum.Kept["sandbox-live"] != 2 {
+				t.Fatalf("exit %d, summary %+v (%v)\n%s", code, sum, err, stderr)
+			}
+			framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
 			framework.CheckFiles(t, "a sandbox it does not know", gone, false)
 		})
 	}
 
-	t.Run("daemon: not ready, nothing deleted, says why", func(t *testing.T) {
+	t.Run("daemon on the unit's command line: not ready, nothing deleted, says why", func(t *testing.T) {
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
-		d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--cri-endpoint="+other.Endpoint, "--pod-uid="+self,
-			"--cri-timeout=2s", "--multus-dir="+dir, "--schedule=@every 1s")
+		d := startDaemon(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+second.Endpoint,
+			"--expect-runtime=containerd", "--schedule=@every 1s")...)
 		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
 		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
 		if code, _ := d.get("/readyz"); code != 503 {
 			t.Errorf("/readyz %d, want 503", code)
 		}
-		framework.CheckFiles(t, "the runtime's sandbox", files, true)
+		if got := d.metric(t, "sweep_views_proven"); got != 0 {
+			t.Errorf("sweep_views_proven = %v, want 0", got)
+		}
+		framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
 		framework.CheckFiles(t, "a sandbox it does not know", gone, true)
+	})
+
+	t.Run("daemon: the kubelet stops, removal stops", func(t *testing.T) {
+		rt := fakecri.Start(t)
+		rt.AddPod(podSandbox, pod.UID)
+		k := witness.StartKubelet(t, "--container-runtime-endpoint="+rt.Endpoint)
+		d := startDaemon(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+rt.Endpoint,
+			"--schedule=@every 1s")...)
+		d.waitMetric(t, "sweep_views_proven", 1)
+		k.Kill()
+		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
+		framework.Eventually(t, 30*time.Second, "a skipped run", func() bool { return d.metric(t, series) >= 1 })
+		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
+		skipped := d.metric(t, series)
+		framework.Eventually(t, 30*time.Second, "two more skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
+		framework.CheckFiles(t, "files of a sandbox the runtime does not know, its kubelet gone", gone, true)
+		framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
 	})
 }
 
@@ -216,7 +289,7 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
@@ -244,7 +317,7 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 // the runtime lists a sandbox only once its ADD is done. A young file of a
 // sandbox recorded under an earlier boot is kept like any young file.
 func TestEarlierBootNeedsAge(t *testing.T) {
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	state := filepath.Join(t.TempDir(), "state")
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
@@ -266,7 +339,7 @@ func TestEarlierBootNeedsAge(t *testing.T) {
 	// The boot ID changes and the runtime no longer lists the sandbox,
 	// while the files were written a second ago.
 	writeBootID(t, bootFile, "3c1d2e4f-bbbb-4000-8000-00000000000b")
-	rt.SetSandboxes()
+	rt.SetSandboxes(multuscache.NewSandboxID()) // another pod's: an empty list proves nothing
 	for _, p := range files {
 		now := time.Now().Add(-time.Second)
 		if err := os.Chtimes(p, now, now); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
 
 // pruneSummary is the part of `sweepd prune --output=json` the tests read.
@@ -211,7 +212,7 @@ func TestPruneRebootAware(t *testing.T) {
 // container runtime that serves the real CRI gRPC API, with no kubeconfig
 // and no node name: no API server is involved at all.
 func TestPruneCRILiveness(t *testing.T) {
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: "5a0c2b1e-0000-4000-8000-000000000001"}
@@ -283,7 +284,7 @@ func TestPruneBothLiveness(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
@@ -327,7 +328,7 @@ func TestPruneBothLiveness(t *testing.T) {
 // counts cycles while the runtime hangs or is down, and resumes after, and
 // keeps its boot record in --state-dir.
 func TestDaemonCRILiveness(t *testing.T) {
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	state := filepath.Join(t.TempDir(), "state")
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
@@ -419,7 +420,7 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
 	ensureServiceAccount(t, cs, "default")
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	state := filepath.Join(t.TempDir(), "state")
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
@@ -477,4 +478,14 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 			t.Fatalf("%d CRI lists for three runs", rt.Lists()-lists)
 		}
 	})
+}
+
+// kubeletsRuntime starts a fake runtime that a fake kubelet on this machine
+// uses, as a node's runtime is: on a bare node sweepd trusts a runtime only
+// once a running kubelet names its socket.
+func kubeletsRuntime(t testing.TB) *fakecri.Server {
+	t.Helper()
+	rt := fakecri.Start(t)
+	witness.StartKubelet(t, "--container-runtime-endpoint="+rt.Endpoint)
+	return rt
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
-	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -248,7 +247,7 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 	binDir, sweepd, cp, cs := startCNITest(t)
 	// The DEL of a runtime cache file is the pod's primary network's: it
 	// runs only with the runtime's word that the sandbox is gone.
-	rt := fakecri.Start(t)
+	rt := kubeletsRuntime(t)
 
 	suffix := randHex(t, 3)
 	tmp := t.TempDir()
