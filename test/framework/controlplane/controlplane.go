@@ -233,6 +233,9 @@ func (cp *ControlPlane) start(cfg config) error {
 	if err := WriteKubeconfig(cp.Kubeconfig, cp.Config); err != nil {
 		return err
 	}
+	if err := cp.registerKubelets(); err != nil {
+		return err
+	}
 
 	if cfg.controllerManager {
 		cp.kcm = &process{
@@ -324,8 +327,10 @@ func (cp *ControlPlane) StartEtcd() error {
 	return cp.etcd.start()
 }
 
-// Stop stops every component. It is safe to call more than once.
+// Stop stops every component, and first the fake kubelets that RegisterNode
+// started on its API server. It is safe to call more than once.
 func (cp *ControlPlane) Stop() {
+	cp.stopKubelets()
 	for _, p := range []*process{cp.scheduler, cp.kcm, cp.apiserver, cp.etcd} {
 		if p != nil {
 			p.stop(syscall.SIGTERM, 10*time.Second)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
@@ -106,5 +107,72 @@ func TestRestartAPIServer(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKubeletLease checks the fake kubelet of RegisterNode: the Lease exists
+// when it returns and is renewed, also after an API server outage, until
+// StopKubelet, and again after RegisterNode; Stop ends it.
+func TestKubeletLease(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ctx := t.Context()
+	bootID, err := controlplane.MachineBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.RegisterNode(ctx, cs, "node-a", bootID, controlplane.FakeRuntime); err != nil {
+		t.Fatal(err)
+	}
+	renewTime := func() time.Time {
+		t.Helper()
+		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, d := l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds; h == nil || *h != "node-a" || d == nil || *d != 10 || l.Spec.RenewTime == nil {
+			t.Fatalf("lease spec %+v, want holder node-a, duration 10 and a renew time", l.Spec)
+		}
+		return l.Spec.RenewTime.Time
+	}
+	renewed := func(what string) {
+		t.Helper()
+		first := renewTime()
+		if !framework.Poll(3*time.Second, 100*time.Millisecond, func() bool { return renewTime().After(first) }) {
+			t.Fatalf("lease not renewed %s", what)
+		}
+	}
+	renewed("after RegisterNode")
+
+	cp.StopAPIServer()
+	time.Sleep(2 * controlplane.KubeletRenewInterval)
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	renewed("after the API server's restart")
+
+	if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	last := renewTime()
+	time.Sleep(3 * controlplane.KubeletRenewInterval)
+	if got := renewTime(); !got.Equal(last) {
+		t.Fatalf("lease renewed after StopKubelet: %s, then %s", last, got)
+	}
+	if err := controlplane.StopKubelet(cs, "node-a"); err == nil {
+		t.Fatal("StopKubelet of a stopped kubelet succeeded")
+	}
+
+	if err := controlplane.RegisterNode(ctx, cs, "node-a", bootID, controlplane.FakeRuntime); err != nil {
+		t.Fatal(err)
+	}
+	if got := renewTime(); !got.After(last) {
+		t.Fatalf("lease not renewed by RegisterNode: %s, then %s", last, got)
+	}
+	renewed("after RegisterNode again")
+
+	cp.Stop()
+	if err := controlplane.StopKubelet(cs, "node-a"); err == nil {
+		t.Fatal("fake kubelet still registered after Stop")
 	}
 }

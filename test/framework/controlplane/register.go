@@ -30,7 +30,13 @@ func MachineBootID() (string, error) {
 
 // RegisterNode creates the Node name, or updates it, reporting bootID and
 // runtime as a kubelet does when it starts: where no kubelet runs, sweepd
-// condemns nothing by a node's pods until such a Node exists.
+// condemns nothing by a node's pods until such a Node exists. It also starts,
+// unless it runs already, the node's fake kubelet, which renews the Node's
+// Lease (kube-node-lease/name) every KubeletRenewInterval until StopKubelet or
+// until the ControlPlane serving cs stops: sweepd trusts no Node whose Lease
+// is not being renewed. The Lease exists, freshly renewed, when RegisterNode
+// returns. cs must be a clientset of a ControlPlane of this package (by its
+// API server's host).
 func RegisterNode(ctx context.Context, cs kubernetes.Interface, name, bootID, runtime string) error {
 	nodes := cs.CoreV1().Nodes()
 	_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -49,5 +55,5 @@ func RegisterNode(ctx context.Context, cs kubernetes.Interface, name, bootID, ru
 	if err != nil {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
-	return nil
+	return startKubelet(ctx, cs, name)
 }
