@@ -71,7 +71,9 @@ func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) str
 
 // ensureNode registers the Node name as its kubelet would, unless it is
 // registered already: sweepd condemns nothing by a node's pods until the
-// Node exists and reports this machine's boot ID.
+// Node exists, reports this machine's boot ID and has its Lease renewed (by
+// the fake kubelet that RegisterNode starts). A Node registered already keeps
+// its kubelet as it is, stopped (controlplane.StopKubelet) or not.
 func ensureNode(t testing.TB, cs kubernetes.Interface, name string) {
 	t.Helper()
 	if _, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{}); err == nil {
@@ -85,7 +87,8 @@ func ensureNode(t testing.TB, cs kubernetes.Interface, name string) {
 }
 
 // setNodeBootID registers the Node name, or updates it, reporting bootID,
-// as its kubelet does when it starts.
+// as its kubelet does when it starts; it starts the node's fake kubelet,
+// which renews the Node's Lease, unless it runs.
 func setNodeBootID(t testing.TB, cs kubernetes.Interface, name, bootID string) {
 	t.Helper()
 	if err := controlplane.RegisterNode(t.Context(), cs, name, bootID, controlplane.FakeRuntime); err != nil {
