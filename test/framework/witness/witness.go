@@ -4,7 +4,7 @@
 // mount of the sandbox's hostname file, as containerd makes it) and a
 // kubelet process that names the runtime's socket (StartKubelet). The third
 // proof, a Node Lease that is being renewed, is controlplane.RegisterNode's.
-// Both need root: InSandbox mounts, and sweepd reads a kubelet's cmdline.
+// InSandbox needs root, to mount.
 package witness
 
 import (
