@@ -117,7 +117,10 @@ func findKubelets(proc string) ([]kubeletProcess, error) {
 			continue // gone meanwhile, or another process
 		}
 		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err != nil {
+		if err != nil || len(cmdline) == 0 {
+			// An empty command line is a process that has exited (a
+			// zombie) or has not yet set up its arguments: no kubelet
+			// that runs now, and no default endpoint to read from it.
 			continue
 		}
 		start, err := startTime(proc, pid)

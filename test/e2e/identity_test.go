@@ -53,6 +53,26 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		})
 	}
 
+	// A Node record outlives its kubelet, boot ID and all: a machine that
+	// left the registration without a reboot (kubeadm reset, a rename)
+	// leaves node-c behind, with its pods listed on it. Only the kubelet's
+	// Lease, no longer renewed, tells.
+	t.Run("sweepd prune: a Node of this machine whose kubelet is gone", func(t *testing.T) {
+		stale := multuscache.Pod{Namespace: "default", Name: "on-stale-node", UID: createPod(t, cs, "default", "on-stale-node", "node-c")}
+		if err := controlplane.StopKubelet(cs, "node-c"); err != nil {
+			t.Fatal(err)
+		}
+		staleDir := filepath.Join(t.TempDir(), "multus")
+		gone := sandboxFiles(t, staleDir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+		kept := append(sandboxFiles(t, staleDir, multuscache.NewSandboxID(), stale, old), gone...)
+		_, stderr, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name=node-c", "--multus-dir="+staleDir, "--sync-timeout=15s")
+		if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, "was not seen to renew") {
+			t.Fatalf("exit %d, want 1 and the Lease named:\n%s", code, stderr)
+		}
+		framework.CheckFiles(t, "files of pods of a Node whose kubelet is gone", kept, true)
+		framework.CheckFiles(t, "live pod", liveFiles, true)
+	})
+
 	t.Run("sweepd prune: the node and the own pod proven", func(t *testing.T) {
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
 		predateViews()
@@ -93,6 +113,13 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		}{
 			{"the Node reports another boot ID",
 				func() { setNodeBootID(t, cs, "node-a", "0a0a0a0a-0000-4000-8000-000000000000") },
+				func() { setNodeBootID(t, cs, "node-a", bootID) }},
+			{"the kubelet stops renewing its Lease",
+				func() {
+					if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
+						t.Fatal(err)
+					}
+				},
 				func() { setNodeBootID(t, cs, "node-a", bootID) }},
 			{"the Node is deleted",
 				func() {
@@ -294,6 +321,7 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 	old := time.Now().Add(-time.Hour)
 	gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
 	ensureNode(t, cs, "node-a") // reports fakecri://0.0.0
+	rt.SetSandboxes(multuscache.NewSandboxID()) // another pod's: an empty list proves nothing
 	predateViews()
 	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--cri-timeout=2s"}
 
