@@ -21,14 +21,18 @@ var leasesResource = schema.GroupVersionResource{Group: "coordination.k8s.io", V
 // Intervals of the Lease witness. The kubelet renews its Lease every
 // quarter of its duration (10s of the default 40s).
 const (
-	// leaseFastPoll is how often the Lease is read while no renewal has
-	// been seen: a proof waits for the kubelet's next renewal.
-	leaseFastPoll = 500 * time.Millisecond
-	// leaseMaxPoll bounds the interval between reads once renewals are
-	// seen: a quarter of the Lease's duration, at most this.
-	leaseMaxPoll = 10 * time.Second
+	// leaseMinPoll and leaseMaxPoll bound the interval between reads
+	// while no renewal has been seen: a sixteenth of the Lease's duration,
+	// so that a proof waits little past the kubelet's next renewal and
+	// costs a few GETs (four at the default duration).
+	leaseMinPoll = 500 * time.Millisecond
+	leaseMaxPoll = 2500 * time.Millisecond
 	// leaseDefaultDuration is the window when a Lease names none.
 	leaseDefaultDuration = 40 * time.Second
+	// leaseIdleCheck is how often the background reader looks whether
+	// anyone still asks: it reads the Lease only while the daemon proves
+	// or prunes, not between its runs.
+	leaseIdleCheck = time.Second
 )
 
 // leaseWitness proves that the Node's kubelet is alive now: its node Lease
@@ -36,11 +40,15 @@ const (
 // outlives its kubelet (kubeadm reset, a rename, a machine that joined
 // elsewhere), boot ID and all, and its pods stay listed on it; only a live
 // kubelet renews the Lease. No clock is compared with the kubelet's: a
-// renewal is a change of spec.renewTime between two reads of sweepd's, and
-// it counts for the Lease's duration of sweepd's own monotonic clock.
+// renewal is a change of spec.renewTime between two reads of sweepd's no
+// more than the Lease's duration apart (a change across a longer gap may
+// be a renewal long past), and it counts for the Lease's duration of
+// sweepd's own monotonic clock.
 //
 // It reads the Lease with GET, which the Node authorizer grants a kubelet's
-// credentials for its own Lease (list and watch it does not).
+// credentials for its own Lease (list and watch it does not), and only
+// while someone asks (Prove, or Holds during a run): a daemon between its
+// runs sends no request for it.
 type leaseWitness struct {
 	node    string
 	leases  dynamic.ResourceInterface
@@ -48,11 +56,13 @@ type leaseWitness struct {
 	now     func() time.Time
 
 	mu       sync.Mutex
-	since    time.Time     // of the first read: renewals are awaited for a duration from then
+	baseline time.Time     // first of the current reads no more than a duration apart; renewals are awaited for a duration from then
+	lastRead time.Time     // of the last successful read
 	renew    string        // spec.renewTime as last read; "" before
 	seenAt   time.Time     // when a renewal was last seen; zero: never
 	duration time.Duration // spec.leaseDurationSeconds as last read
 	lastErr  error         // of the last read, or what the Lease said
+	asked    time.Time     // of the last Prove or Holds
 }
 
 func newLeaseWitness(client dynamic.Interface, node string, timeout time.Duration) *leaseWitness {
@@ -87,17 +97,29 @@ func (w *leaseWitness) Prove(ctx context.Context, _ Evidence) error {
 			return ctx.Err()
 		case <-deadline.C:
 			return w.failure()
-		case <-time.After(leaseFastPoll):
+		case <-time.After(w.fastPoll()):
 		}
 	}
 }
 
-// waitedLongEnough reports whether the Lease has been read for longer than
-// its duration, in which a live kubelet renews it several times.
+// waitedLongEnough reports whether the Lease has been read, without a gap,
+// for longer than its duration, in which a live kubelet renews it several
+// times.
 func (w *leaseWitness) waitedLongEnough() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return !w.since.IsZero() && w.now().Sub(w.since) > w.duration+leaseFastPoll
+	return !w.baseline.IsZero() && w.now().Sub(w.baseline) > w.duration+w.fastPollLocked()
+}
+
+// fastPoll is the interval between reads while no renewal has been seen.
+func (w *leaseWitness) fastPoll() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fastPollLocked()
+}
+
+func (w *leaseWitness) fastPollLocked() time.Duration {
+	return min(max(w.duration/16, leaseMinPoll), leaseMaxPoll)
 }
 
 // failure says why no renewal was seen.
@@ -122,11 +144,6 @@ func (w *leaseWitness) failure() error {
 
 // read reads the Lease once and notes a renewal.
 func (w *leaseWitness) read(ctx context.Context) {
-	w.mu.Lock()
-	if w.since.IsZero() {
-		w.since = w.now()
-	}
-	w.mu.Unlock()
 	obj, err := w.leases.Get(ctx, w.node, metav1.GetOptions{})
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -134,11 +151,11 @@ func (w *leaseWitness) read(ctx context.Context) {
 		w.lastErr = err
 		return
 	}
-	w.observe(obj)
+	w.observe(obj, w.now())
 }
 
-// observe notes what a read of the Lease showed; w.mu is held.
-func (w *leaseWitness) observe(obj *unstructured.Unstructured) {
+// observe notes what a read of the Lease at `at` showed; w.mu is held.
+func (w *leaseWitness) observe(obj *unstructured.Unstructured, at time.Time) {
 	holder, _, _ := unstructured.NestedString(obj.Object, "spec", "holderIdentity")
 	renew, _, _ := unstructured.NestedString(obj.Object, "spec", "renewTime")
 	if secs, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "leaseDurationSeconds"); ok && secs > 0 {
@@ -147,42 +164,48 @@ func (w *leaseWitness) observe(obj *unstructured.Unstructured) {
 	if holder != w.node {
 		// Not the kubelet's: its renewals testify to nothing.
 		w.lastErr = fmt.Errorf("the Lease is held by %q, not the kubelet of %q", holder, w.node)
-		w.renew, w.seenAt = "", time.Time{}
+		w.renew, w.seenAt, w.baseline, w.lastRead = "", time.Time{}, time.Time{}, time.Time{}
 		return
 	}
 	w.lastErr = nil
-	if w.renew != "" && renew != w.renew {
-		w.seenAt = w.now()
+	recent := !w.lastRead.IsZero() && at.Sub(w.lastRead) <= w.duration
+	if !recent {
+		w.baseline = at // a gap: what changed across it proves nothing now
+	} else if w.renew != "" && renew != w.renew {
+		w.seenAt = at
 	}
-	w.renew = renew
+	w.renew, w.lastRead = renew, at
 }
 
 // Holds implements Witness: a renewal was seen within the Lease's duration.
 func (w *leaseWitness) Holds() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.asked = w.now()
+	return w.holdsLocked()
+}
+
+// holdsLocked is Holds without counting as a question; w.mu is held.
+func (w *leaseWitness) holdsLocked() bool {
 	return !w.seenAt.IsZero() && w.now().Sub(w.seenAt) <= w.duration
 }
 
-// run reads the Lease until ctx ends, often enough to see each renewal
-// while renewals come, and quickly while none has been seen: a daemon's
-// proof then holds between its runs, and stops holding a Lease's duration
-// after the kubelet stops.
+// run reads the Lease in the background until ctx ends, while someone asks
+// (a proof, or a run's removals within the last Lease duration): a quarter
+// of the Lease's duration apart while renewals are seen, so that each
+// renewal is, and faster while none is. A run's proof then holds while it
+// removes, and stops holding a Lease's duration after the kubelet stops.
 func (w *leaseWitness) run(ctx context.Context) {
-	unprovenSince := w.now()
 	for {
-		w.read(ctx)
-		wait := leaseFastPoll
-		if w.Holds() {
-			unprovenSince = time.Time{}
+		wait := leaseIdleCheck
+		if w.wanted() {
+			w.read(ctx)
 			w.mu.Lock()
-			wait = min(w.duration/4, leaseMaxPoll)
+			wait = w.fastPollLocked()
+			if w.holdsLocked() {
+				wait = w.duration / 4
+			}
 			w.mu.Unlock()
-		} else if unprovenSince.IsZero() {
-			unprovenSince = w.now()
-		} else if w.now().Sub(unprovenSince) > w.timeout {
-			// A kubelet gone for good is not asked after twice a second.
-			wait = leaseMaxPoll
 		}
 		select {
 		case <-ctx.Done():
@@ -190,4 +213,11 @@ func (w *leaseWitness) run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// wanted reports whether a proof or a run asked within the Lease's duration.
+func (w *leaseWitness) wanted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.asked.IsZero() && w.now().Sub(w.asked) <= w.duration
 }

@@ -54,6 +54,11 @@ func (r *runtimeView) answer(ctx context.Context) (*RuntimeAnswer, error) {
 	if err := proveAll(ctx, r.witnesses, Evidence{Runtime: a}); err != nil {
 		return nil, err
 	}
+	// The socket was proven before the runtime answered: a runtime that
+	// took the socket meanwhile answered in the proven one's place.
+	if s, ok := r.witnesses[0].(*socketWitness); ok && !s.same() {
+		return nil, unproven(ErrRuntimeUnproven, "the socket %s was replaced while the runtime answered", s.path)
+	}
 	return a, nil
 }
 
@@ -82,8 +87,13 @@ type socketWitness struct {
 }
 
 // fileID identifies a file: a socket bound again at the same path is
-// another file.
-type fileID struct{ dev, ino uint64 }
+// another file. The inode number alone may be given again at once to the
+// new socket, so its change time counts too (a chmod then also stops a
+// run, which errs on the safe side).
+type fileID struct {
+	dev, ino uint64
+	ctime    syscall.Timespec
+}
 
 func statID(path string) (fileID, error) {
 	fi, err := os.Stat(path)
@@ -94,7 +104,7 @@ func statID(path string) (fileID, error) {
 	if !ok {
 		return fileID{}, fmt.Errorf("%s: no device and inode", path)
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil //nolint:unconvert // Dev is uint32 on some platforms
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim}, nil //nolint:unconvert // Dev is uint32 on some platforms
 }
 
 // Name implements Witness.
@@ -119,10 +129,19 @@ func (w *socketWitness) Prove(context.Context, Evidence) error {
 func (w *socketWitness) Holds() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.check.holds(func() bool {
-		id, err := statID(w.path)
-		return err == nil && w.id != fileID{} && id == w.id
-	})
+	return w.check.holds(w.sameLocked)
+}
+
+// same reports, now, whether the socket is the file proven.
+func (w *socketWitness) same() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sameLocked()
+}
+
+func (w *socketWitness) sameLocked() bool {
+	id, err := statID(w.path)
+	return err == nil && w.id != fileID{} && id == w.id
 }
 
 // recheck limits how often Holds looks again, so that a removal pays for a
