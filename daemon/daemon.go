@@ -513,8 +513,13 @@ func (d *Daemon) clockStepped(s prune.ClockStep) {
 	case s.Size > 0:
 		d.metrics.clockFwd.Add(s.Size.Seconds())
 		st := d.clock.State(minAge)
-		d.log.Warn("the wall clock was set forward: files older than the minimum age by less than forward_steps are kept (clock-unsettled) until ages_trusted_from",
-			"step", s.Size, "direction", "forward", "forward_steps", st.Forward, "min_age", minAge,
+		msg := "the wall clock was set forward: files older than the minimum age by less than forward_steps are kept (clock-unsettled) until ages_trusted_from"
+		if s.Suspended > 0 {
+			// The wall clock runs on across a suspend while a CNI ADD is
+			// frozen: its files would look old at resume.
+			msg = "the node was suspended, which is a forward step of the wall clock: files older than the minimum age by less than forward_steps are kept (clock-unsettled) until ages_trusted_from"
+		}
+		d.log.Warn(msg, "step", s.Size, "suspended", s.Suspended, "direction", "forward", "forward_steps", st.Forward, "min_age", minAge,
 			"ages_trusted_from", st.TrustedFrom)
 	default:
 		direction := "backward"
