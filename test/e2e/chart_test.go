@@ -148,6 +148,7 @@ func TestChartRender(t *testing.T) {
 		objs := decodeObjects(t, renderChart(t))
 		want := []string{
 			"ClusterRole/rel-sweep", "ClusterRoleBinding/rel-sweep", "DaemonSet/rel-sweep",
+			"Role/rel-sweep-node-lease", "RoleBinding/rel-sweep-node-lease",
 			"Service/rel-sweep-metrics", "ServiceAccount/rel-sweep",
 		}
 		if got := kinds(objs); !slices.Equal(got, want) {
@@ -293,6 +294,9 @@ func TestChartRender(t *testing.T) {
 		}
 		if rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules"); len(rules) != 0 {
 			t.Errorf("ClusterRole rules %v with cri liveness, want none", rules)
+		}
+		if kinds := kinds(objs); slices.Contains(kinds, "Role/rel-sweep-node-lease") {
+			t.Errorf("objects %v: a Role to read node Leases with cri liveness", kinds)
 		}
 		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
 			"--set", "daemon.liveness=cri", "--set", "uninstall.enabled=true").CombinedOutput()
@@ -781,6 +785,11 @@ func TestChartApply(t *testing.T) {
 		{daemonSA, "delete", "daemonsets.apps/sweep-all", "default", false},
 		{daemonSA, "create", "leases.coordination.k8s.io", chartNamespace, true},
 		{daemonSA, "create", "leases.coordination.k8s.io", "kube-system", false},
+		// The kubelets' node Leases: read by name, nothing more.
+		{daemonSA, "get", "leases.coordination.k8s.io/node-a", "kube-node-lease", true},
+		{daemonSA, "list", "leases.coordination.k8s.io", "kube-node-lease", false},
+		{daemonSA, "update", "leases.coordination.k8s.io/node-a", "kube-node-lease", false},
+		{daemonSA, "get", "leases.coordination.k8s.io/other", "kube-system", false},
 		{daemonSA, "watch", "configmaps", chartNamespace, true},
 		{daemonSA, "update", "configmaps", chartNamespace, false},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},

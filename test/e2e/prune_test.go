@@ -367,9 +367,10 @@ func TestPruneEndToEnd(t *testing.T) {
 		}
 	})
 
-	// One LIST of the node's pods, and one GET of its Node: the proof
-	// that the pods listed for the name are this machine's.
-	t.Run("one LIST and one GET per run", func(t *testing.T) {
+	// One LIST of the node's pods, one GET of its Node and a few of its
+	// kubelet's Lease: the proof that the pods listed for the name are this
+	// machine's, as its live kubelet reports it.
+	t.Run("one LIST and one GET per run, and the Lease's", func(t *testing.T) {
 		n := map[string]int{}
 		f, err := os.Open(cp.AuditLog())
 		if err != nil {
@@ -391,9 +392,13 @@ func TestPruneEndToEnd(t *testing.T) {
 			}
 			n[ev.Verb+" "+ev.ObjectRef.Resource]++
 		}
-		// The two dry runs and the prune.
-		if want := map[string]int{"list pods": 3, "get nodes": 3}; !maps.Equal(n, want) {
-			t.Fatalf("requests from sweepd %v, want %v", n, want)
+		// The two dry runs and the prune; and a few GETs of the kubelet's
+		// Lease each, until a renewal is seen (the fake kubelet renews
+		// every half second, a run reads every 625ms of its 10s Lease).
+		leases := n["get leases"]
+		delete(n, "get leases")
+		if want := map[string]int{"list pods": 3, "get nodes": 3}; !maps.Equal(n, want) || leases < 2*3 || leases > 4*3 {
+			t.Fatalf("requests from sweepd %v and %d GETs of Leases, want %v and 2 to 4 a run", n, leases, want)
 		}
 	})
 }
