@@ -2,6 +2,7 @@ package liveness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -127,7 +128,10 @@ func (w *leaseWitness) failure() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	name := NodeLeaseNamespace + "/" + w.node
+	var foreign errForeignLease
 	switch err := w.lastErr; {
+	case errors.As(err, &foreign):
+		return unproven(ErrNodeUnproven, "%w: its renewals are no kubelet's of Node %q", err, w.node)
 	case apierrors.IsNotFound(err):
 		return unproven(ErrNodeUnproven, "Node %q has no Lease %s: no kubelet of that name is alive to renew one", w.node, name)
 	case apierrors.IsForbidden(err):
@@ -140,6 +144,13 @@ func (w *leaseWitness) failure() error {
 	}
 	return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew within %s (last renewTime %s): the kubelet of Node %q is not alive, "+
 		"or is not this machine's", name, w.timeout, w.renew, w.node)
+}
+
+// errForeignLease is a node Lease held by another than the node's kubelet.
+type errForeignLease struct{ holder, node string }
+
+func (e errForeignLease) Error() string {
+	return fmt.Sprintf("the Lease is held by %q, not the kubelet of %q", e.holder, e.node)
 }
 
 // read reads the Lease once and notes a renewal.
@@ -158,20 +169,21 @@ func (w *leaseWitness) read(ctx context.Context) {
 func (w *leaseWitness) observe(obj *unstructured.Unstructured, at time.Time) {
 	holder, _, _ := unstructured.NestedString(obj.Object, "spec", "holderIdentity")
 	renew, _, _ := unstructured.NestedString(obj.Object, "spec", "renewTime")
-	if secs, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "leaseDurationSeconds"); ok && secs > 0 {
-		w.duration = time.Duration(secs) * time.Second
-	}
 	if holder != w.node {
-		// Not the kubelet's: its renewals testify to nothing.
-		w.lastErr = fmt.Errorf("the Lease is held by %q, not the kubelet of %q", holder, w.node)
+		// Not the kubelet's: its renewals testify to nothing, and its
+		// duration is no window of the kubelet's.
+		w.lastErr = errForeignLease{holder: holder, node: w.node}
 		w.renew, w.seenAt, w.baseline, w.lastRead = "", time.Time{}, time.Time{}, time.Time{}
 		return
+	}
+	if secs, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "leaseDurationSeconds"); ok && secs > 0 {
+		w.duration = time.Duration(secs) * time.Second
 	}
 	w.lastErr = nil
 	recent := !w.lastRead.IsZero() && at.Sub(w.lastRead) <= w.duration
 	if !recent {
 		w.baseline = at // a gap: what changed across it proves nothing now
-	} else if w.renew != "" && renew != w.renew {
+	} else if w.renew != "" && renew != "" && renew != w.renew {
 		w.seenAt = at
 	}
 	w.renew, w.lastRead = renew, at

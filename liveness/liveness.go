@@ -219,7 +219,8 @@ func (v *Views) buildRuntime() error {
 	if err != nil {
 		return fmt.Errorf("container runtime client: %w", err)
 	}
-	ws := []Witness{&socketWitness{path: socket}}
+	sw := &socketWitness{path: socket}
+	var ws []Witness
 	if c.SelfPodUID != "" {
 		ws = append(ws, ownSandboxWitness{uid: c.SelfPodUID, mountInfo: c.MountInfo})
 	} else {
@@ -231,8 +232,8 @@ func (v *Views) buildRuntime() error {
 	if len(v.podWitnesses) > 0 {
 		ws = append(ws, nodeRuntimeWitness{node: c.NodeName, boot: v.podWitnesses[0].(*bootWitness)})
 	}
-	v.runtimeWitnesses = ws
-	v.sandboxSource = &runtimeView{c: v.runtime, witnesses: ws}
+	v.runtimeWitnesses = append([]Witness{sw}, ws...)
+	v.sandboxSource = &runtimeView{c: v.runtime, socket: sw, witnesses: ws}
 	return nil
 }
 

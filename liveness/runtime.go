@@ -18,9 +18,10 @@ import (
 // kubelet runs the pods with. It implements prune.SandboxSource.
 type runtimeView struct {
 	c *cri.Client
-	// witnesses judge each answer in order; the first is the
-	// socketWitness, so that all others judge the runtime behind the
-	// socket it proved.
+	// socket is proven before the runtime is asked, so that the
+	// witnesses judge the runtime behind the socket it proved.
+	socket *socketWitness
+	// witnesses judge each answer, in order.
 	witnesses []Witness
 }
 
@@ -30,12 +31,18 @@ func (r *runtimeView) Sandboxes(ctx context.Context) (prune.SandboxIndex, error)
 	if err != nil {
 		return nil, err
 	}
-	return heldSandboxes{Sandboxes: l.Sandboxes, witnesses: r.witnesses}, nil
+	return heldSandboxes{Sandboxes: l.Sandboxes, witnesses: append([]Witness{r.socket}, r.witnesses...)}, nil
 }
 
 // answer asks the runtime who it is and what it runs, and has the
 // witnesses judge it.
 func (r *runtimeView) answer(ctx context.Context) (*RuntimeAnswer, error) {
+	// The socket first, before the runtime answers on it: a runtime that
+	// takes the socket while the other answers is seen after the answer.
+	socket := r.socket
+	if err := socket.Prove(ctx, Evidence{}); err != nil {
+		return nil, err
+	}
 	name, version, err := r.c.Version(ctx)
 	if err != nil {
 		return nil, err
@@ -54,10 +61,10 @@ func (r *runtimeView) answer(ctx context.Context) (*RuntimeAnswer, error) {
 	if err := proveAll(ctx, r.witnesses, Evidence{Runtime: a}); err != nil {
 		return nil, err
 	}
-	// The socket was proven before the runtime answered: a runtime that
-	// took the socket meanwhile answered in the proven one's place.
-	if s, ok := r.witnesses[0].(*socketWitness); ok && !s.same() {
-		return nil, unproven(ErrRuntimeUnproven, "the socket %s was replaced while the runtime answered", s.path)
+	// A runtime that took the socket meanwhile may have answered in the
+	// proven one's place.
+	if !socket.same() {
+		return nil, unproven(ErrRuntimeUnproven, "the socket %s was replaced while the runtime answered", socket.path)
 	}
 	return a, nil
 }

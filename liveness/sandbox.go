@@ -53,7 +53,10 @@ func (w ownSandboxWitness) Prove(_ context.Context, ev Evidence) error {
 		}
 	}
 	what := "no sandbox of this pod"
-	if a.Sandboxes.HasPod(w.uid) {
+	switch {
+	case a.Sandboxes.Has(ids[0]):
+		what = "the sandbox this process runs in, but not READY for this pod"
+	case a.Sandboxes.HasPod(w.uid):
 		what = "only other sandboxes of this pod (an old runtime keeps them)"
 	}
 	return unproven(ErrRuntimeUnproven, "%s (%s://%s) lists %s: not %s READY for pod UID %s, the sandbox this process runs in, "+
@@ -65,10 +68,10 @@ func (w ownSandboxWitness) Prove(_ context.Context, ev Evidence) error {
 func (ownSandboxWitness) Holds() bool { return true }
 
 // ownSandboxIDs returns the sandbox IDs that the mounts of sandboxFiles name
-// in their source paths (mountinfo's root field): every path element of 64
-// lowercase hex digits, in order and without repeats. Of several mounts on
-// one file (a machine that is itself a container), the last is the one the
-// process sees.
+// in their source paths (mountinfo's root field): the last path element of
+// 64 lowercase hex digits of each, in order and without repeats. Of several
+// mounts on one file (a machine that is itself a container), the last is
+// the one the process sees.
 func ownSandboxIDs(mountInfo []byte) []prune.SandboxID {
 	roots := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(mountInfo))
@@ -82,9 +85,15 @@ func ownSandboxIDs(mountInfo []byte) []prune.SandboxID {
 	}
 	var ids []prune.SandboxID
 	for _, file := range sandboxFiles {
-		for _, el := range strings.Split(roots[file], "/") {
-			if id, ok := prune.ParseSandboxID(el); ok && !slices.Contains(ids, id) {
-				ids = append(ids, id)
+		// The last ID in the path is the sandbox's directory; an earlier
+		// one is a directory further up (a kind node's volume).
+		els := strings.Split(roots[file], "/")
+		for i := len(els) - 1; i >= 0; i-- {
+			if id, ok := prune.ParseSandboxID(els[i]); ok {
+				if !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+				break
 			}
 		}
 	}

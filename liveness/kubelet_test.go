@@ -1,0 +1,473 @@
+package liveness
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestKubeletEndpoint pins which runtime endpoint a kubelet uses, by the
+// kubelet's own precedence: --container-runtime-endpoint on its command
+// line, else the last *.conf drop-in of --config-dir (in lexical order)
+// that sets containerRuntimeEndpoint, else its --config file, else the
+// default. Reading a kubelet's socket wrong proves the wrong runtime; a
+// configuration that cannot be read proves nothing.
+func TestKubeletEndpoint(t *testing.T) {
+	const (
+		crio   = "unix:///run/crio/crio.sock"
+		k3s    = "unix:///run/k3s/containerd/containerd.sock"
+		docker = "unix:///run/cri-dockerd.sock"
+		other  = "unix:///run/other.sock"
+	)
+	cfg := func(endpoint string) string {
+		return "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n" +
+			"containerRuntimeEndpoint: " + endpoint + "\n"
+	}
+	const noEndpoint = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+	for _, tc := range []struct {
+		name  string
+		args  []string // after the kubelet's path
+		files map[string]string
+		want  string // the endpoint; or, with err, in the error
+		err   bool
+	}{
+		{name: "nothing set: the default",
+			args: []string{"--v=2"}, want: kubeletDefaultEndpoint},
+		{name: "flag, = form",
+			args: []string{"--container-runtime-endpoint=" + crio}, want: crio},
+		{name: "flag, space form",
+			args: []string{"--node-ip", "10.0.0.5", "--container-runtime-endpoint", crio, "--v=2"}, want: crio},
+		{name: "flag given twice: the last, as pflag does",
+			args: []string{"--container-runtime-endpoint=" + crio, "--container-runtime-endpoint", k3s}, want: k3s},
+		{name: "the kubelet's own path is no flag",
+			args: nil, want: kubeletDefaultEndpoint},
+		{name: "--config file, = form",
+			args:  []string{"--config=/var/lib/kubelet/config.yaml"},
+			files: map[string]string{"/var/lib/kubelet/config.yaml": cfg(k3s)}, want: k3s},
+		{name: "--config file, space form",
+			args:  []string{"--config", "/var/lib/kubelet/config.yaml"},
+			files: map[string]string{"/var/lib/kubelet/config.yaml": cfg(k3s)}, want: k3s},
+		{name: "--config file in JSON",
+			args:  []string{"--config=/etc/kubernetes/kubelet.json"},
+			files: map[string]string{"/etc/kubernetes/kubelet.json": `{"kind":"KubeletConfiguration","containerRuntimeEndpoint":"` + crio + `"}`},
+			want:  crio},
+		{name: "--config file that sets none: the default",
+			args:  []string{"--config=/var/lib/kubelet/config.yaml"},
+			files: map[string]string{"/var/lib/kubelet/config.yaml": noEndpoint}, want: kubeletDefaultEndpoint},
+		{name: "--config-dir drop-ins: the last in lexical order wins",
+			args: []string{"--config-dir=/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/etc/kubernetes/kubelet.conf.d/10-runtime.conf": cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/20-runtime.conf": cfg(k3s),
+			}, want: k3s},
+		{name: "--config-dir drop-ins override the --config file",
+			args: []string{"--config", "/var/lib/kubelet/config.yaml", "--config-dir", "/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/var/lib/kubelet/config.yaml":                   cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/50-runtime.conf": cfg(k3s),
+			}, want: k3s},
+		{name: "a drop-in that sets none leaves the endpoint as it was",
+			args: []string{"--config=/var/lib/kubelet/config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/var/lib/kubelet/config.yaml":                   cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/10-runtime.conf": cfg(k3s),
+				"/etc/kubernetes/kubelet.conf.d/90-logging.conf": noEndpoint,
+			}, want: k3s},
+		{name: "files in the drop-in directory that are not *.conf are not the kubelet's",
+			args: []string{"--config-dir=/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/etc/kubernetes/kubelet.conf.d/10-runtime.conf":     cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/99-runtime.yaml":     cfg(other),
+				"/etc/kubernetes/kubelet.conf.d/99-runtime.conf.bak": cfg(other),
+			}, want: crio},
+		{name: "the flag beats the --config file and the drop-ins",
+			args: []string{"--config=/var/lib/kubelet/config.yaml", "--container-runtime-endpoint=" + docker,
+				"--config-dir=/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/var/lib/kubelet/config.yaml":                   cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/10-runtime.conf": cfg(k3s),
+			}, want: docker},
+		{name: "a relative --config path: the kubelet's working directory is unknown",
+			args:  []string{"--config=config.yaml"},
+			files: map[string]string{"config.yaml": cfg(crio)}, err: true, want: "not an absolute path"},
+		{name: "a relative --config-dir: its drop-ins are relative",
+			args:  []string{"--config-dir=kubelet.conf.d"},
+			files: map[string]string{"kubelet.conf.d/10.conf": cfg(crio)}, err: true, want: "not an absolute path"},
+		{name: "a --config file that is gone",
+			args: []string{"--config=/var/lib/kubelet/config.yaml"}, err: true, want: "kubelet configuration"},
+		{name: "a --config file that is not YAML",
+			args:  []string{"--config=/var/lib/kubelet/config.yaml"},
+			files: map[string]string{"/var/lib/kubelet/config.yaml": "containerRuntimeEndpoint: [unix:///run/crio/crio.sock\n"},
+			err:   true, want: "/var/lib/kubelet/config.yaml"},
+		{name: "a drop-in that is not YAML",
+			args: []string{"--config=/var/lib/kubelet/config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d"},
+			files: map[string]string{
+				"/var/lib/kubelet/config.yaml":                   cfg(crio),
+				"/etc/kubernetes/kubelet.conf.d/10-runtime.conf": "\tcontainerRuntimeEndpoint: {",
+			}, err: true, want: "10-runtime.conf"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readFile := func(path string) ([]byte, error) {
+				if data, ok := tc.files[path]; ok {
+					return []byte(data), nil
+				}
+				return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+			}
+			// glob answers in reverse order: the drop-ins' order must be the
+			// kubelet's, not whatever the directory listing gives.
+			glob := func(pattern string) ([]string, error) {
+				var m []string
+				for path := range tc.files {
+					if ok, err := filepath.Match(pattern, path); err != nil {
+						return nil, err
+					} else if ok {
+						m = append(m, path)
+					}
+				}
+				slices.Sort(m)
+				slices.Reverse(m)
+				return m, nil
+			}
+			got, err := kubeletEndpoint(append([]string{"/usr/bin/kubelet"}, tc.args...), readFile, glob)
+			switch {
+			case tc.err && err == nil:
+				t.Fatalf("kubeletEndpoint = %q, want an error with %q", got, tc.want)
+			case tc.err && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("kubeletEndpoint: %v, want %q in it", err, tc.want)
+			case !tc.err && (err != nil || got != tc.want):
+				t.Fatalf("kubeletEndpoint = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// procStat is a /proc/PID/stat line as Linux writes it, with the start time
+// (field 22) given.
+func procStat(pid int, comm, start string) string {
+	return fmt.Sprintf("%d (%s) S 1 %d %d 0 -1 4194560 120453 0 71 0 12840 5467 0 0 20 0 17 0 %s 2186539008 23874 "+
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", pid, comm, pid, pid, start)
+}
+
+// TestStartTime pins the reading of a process's start time, field 22 of its
+// stat, after a command name that may hold spaces and parentheses: a start
+// time read from the wrong field would not see a PID reused.
+func TestStartTime(t *testing.T) {
+	for _, tc := range []struct {
+		name, stat, want string
+	}{
+		{"plain", procStat(4242, "kubelet", "123456789"), "123456789"},
+		{"a command name with spaces", procStat(4242, "kube let x", "42"), "42"},
+		{"a command name with parentheses and spaces", procStat(4242, "a) (b 1 2 3) c", "77"), "77"},
+		{"a command name that ends in a parenthesis", procStat(4242, "x)", "78"), "78"},
+		{"too few fields", "4242 (kubelet) S 1 2 3\n", ""},
+		{"no command name", "4242 kubelet S 1\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(proc, "4242"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(proc, "4242", "stat"), []byte(tc.stat), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := startTime(proc, 4242)
+			if got != tc.want || (err != nil) != (tc.want == "") {
+				t.Fatalf("startTime = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// fakeProc is a /proc of a test's making.
+type fakeProc struct {
+	t   *testing.T
+	dir string
+}
+
+func newFakeProc(t *testing.T) fakeProc {
+	p := fakeProc{t: t, dir: t.TempDir()}
+	// What a real /proc holds beside processes, which are no kubelet.
+	for _, d := range []string{"sys", "net", "0"} {
+		if err := os.MkdirAll(filepath.Join(p.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("4242", filepath.Join(p.dir, "self")); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// add makes process pid, named comm, started at start, with this command
+// line: none is an empty cmdline, as a zombie's.
+func (p fakeProc) add(pid int, comm, start string, args ...string) {
+	p.t.Helper()
+	dir := filepath.Join(p.dir, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	cmdline := ""
+	if len(args) > 0 {
+		cmdline = strings.Join(args, "\x00") + "\x00"
+	}
+	for name, data := range map[string]string{
+		"comm":    comm + "\n",
+		"cmdline": cmdline,
+		"stat":    procStat(pid, comm, start),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+// kubeletSockets are a machine's runtime sockets, as regular files (stat
+// is all a witness does with them): ours, a symlink to it, and a file of the
+// same name in another runtime's directory.
+type kubeletSockets struct{ ours, link, sameName, missing string }
+
+func newKubeletSockets(t *testing.T) kubeletSockets {
+	dir := t.TempDir()
+	s := kubeletSockets{
+		ours:     filepath.Join(dir, "run", "containerd", "containerd.sock"),
+		link:     filepath.Join(dir, "var", "run", "containerd", "containerd.sock"),
+		sameName: filepath.Join(dir, "run", "k3s", "containerd", "containerd.sock"),
+		missing:  filepath.Join(dir, "run", "crio", "crio.sock"),
+	}
+	for _, f := range []string{s.ours, s.sameName} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(s.link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(s.ours, s.link); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestKubeletWitness pins, on a bare node, what proves that the runtime's
+// socket is this machine's kubelet's: a process named kubelet runs whose
+// runtime endpoint (command line, or configuration) is the same socket
+// file as ours, whatever path it names it by. A socket of the same name in
+// another runtime's directory (k3s's containerd beside Docker's) is
+// another runtime; a process that is not the kubelet proves nothing, even
+// when its command line names our socket.
+func TestKubeletWitness(t *testing.T) {
+	const kubelet = "/usr/bin/kubelet"
+	for _, tc := range []struct {
+		name string
+		// procs adds processes; cfgDir holds configuration files it may
+		// name.
+		procs func(p fakeProc, s kubeletSockets, cfgDir string)
+		// noSocket removes our socket before Prove.
+		noSocket bool
+		// unproven: the error must wrap ErrRuntimeUnproven; otherwise any
+		// error must be a failure to ask. want gives what must be in the
+		// error; nil for proven.
+		unproven bool
+		want     func(s kubeletSockets) []string
+	}{
+		{name: "the kubelet's flag names our socket",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(1, "systemd", "1", "/sbin/init")
+				p.add(812, "containerd", "2100", "/usr/bin/containerd")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours, "--v=2")
+			}},
+		{name: "the kubelet's flag, space form, names our socket without unix://",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint", s.ours)
+			}},
+		{name: "the kubelet names our socket through a symlink",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.link)
+			}},
+		{name: "the kubelet's --config names our socket",
+			procs: func(p fakeProc, s kubeletSockets, cfgDir string) {
+				writeKubeletFile(p.t, filepath.Join(cfgDir, "config.yaml"), "containerRuntimeEndpoint: unix://"+s.ours+"\n")
+				p.add(955, "kubelet", "2345", kubelet, "--config="+filepath.Join(cfgDir, "config.yaml"))
+			}},
+		{name: "the kubelet's drop-in names our socket over its --config",
+			procs: func(p fakeProc, s kubeletSockets, cfgDir string) {
+				writeKubeletFile(p.t, filepath.Join(cfgDir, "config.yaml"), "containerRuntimeEndpoint: unix://"+s.sameName+"\n")
+				writeKubeletFile(p.t, filepath.Join(cfgDir, "conf.d", "10-runtime.conf"), "containerRuntimeEndpoint: unix://"+s.ours+"\n")
+				p.add(955, "kubelet", "2345", kubelet, "--config", filepath.Join(cfgDir, "config.yaml"),
+					"--config-dir", filepath.Join(cfgDir, "conf.d"))
+			}},
+		{name: "two kubelets, the second uses our socket",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			}},
+		{name: "the kubelet uses a socket of the same name in another directory",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+			},
+			unproven: true, want: func(s kubeletSockets) []string { return []string{"pid 955 uses unix://" + s.sameName} }},
+		{name: "two kubelets, both use other sockets: both named",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.missing)
+			},
+			unproven: true, want: func(s kubeletSockets) []string {
+				return []string{"pid 955 uses unix://" + s.sameName, "pid 3001 uses unix://" + s.missing}
+			}},
+		{name: "the kubelet's configuration cannot be read: named",
+			procs: func(p fakeProc, _ kubeletSockets, cfgDir string) {
+				writeKubeletFile(p.t, filepath.Join(cfgDir, "config.yaml"), "containerRuntimeEndpoint: [\n")
+				p.add(955, "kubelet", "2345", kubelet, "--config="+filepath.Join(cfgDir, "config.yaml"))
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"pid 955: kubelet configuration"} }},
+		{name: "the kubelet's endpoint is no unix socket: named",
+			procs: func(p fakeProc, _ kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=tcp://127.0.0.1:3735")
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"pid 955: runtime endpoint"} }},
+		{name: "no kubelet: other processes, one naming our socket, prove nothing",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(1, "systemd", "1", "/sbin/init")
+				p.add(812, "containerd", "2100", "/usr/bin/containerd", "--address", s.ours)
+				p.add(900, "kube-proxy", "2200", "/usr/local/bin/kube-proxy")
+				p.add(901, "sh", "2201", "/bin/sh", "-c", kubelet+" --container-runtime-endpoint=unix://"+s.ours)
+				p.add(902, "kubelet-wrapper", "2202", "/usr/bin/kubelet-wrapper", "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"no kubelet process"} }},
+		{name: "a kubelet gone while it was looked at (no stat) is no kubelet",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				if err := os.Remove(filepath.Join(p.dir, "955", "stat")); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"no kubelet process"} }},
+		// A zombie's command line is empty: read as a kubelet without
+		// flags it would name the default endpoint, though it runs nothing.
+		{name: "a kubelet with an empty command line (a zombie) is no kubelet",
+			procs: func(p fakeProc, _ kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345")
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"no kubelet process"} }},
+		{name: "a zombie kubelet beside a live one: only the live one is named",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345")
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+			},
+			unproven: true, want: func(s kubeletSockets) []string { return []string{"(pid 3001 uses unix://" + s.sameName + ")"} }},
+		{name: "our socket is gone: a failure to ask",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			noSocket: true, want: func(kubeletSockets) []string { return []string{"container runtime socket"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, s := newFakeProc(t), newKubeletSockets(t)
+			tc.procs(p, s, t.TempDir())
+			if tc.noSocket {
+				if err := os.Remove(s.ours); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := &kubeletWitness{socket: s.ours, proc: p.dir}
+			err := w.Prove(t.Context(), Evidence{})
+			if tc.want == nil {
+				if err != nil || !w.Holds() {
+					t.Fatalf("Prove: %v, Holds %v; want proven", err, w.Holds())
+				}
+				return
+			}
+			want := tc.want(s)
+			switch {
+			case err == nil:
+				t.Fatalf("Prove: proven, want %q", want)
+			case errors.Is(err, ErrRuntimeUnproven) != tc.unproven:
+				t.Fatalf("Prove: %v: a failed proof %v, want %v", err, !tc.unproven, tc.unproven)
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Prove: %v, want %q in it", err, w)
+				}
+			}
+			if w.Holds() {
+				t.Error("Holds after a failed Prove")
+			}
+		})
+	}
+}
+
+// TestKubeletWitnessHolds pins that a proof lasts only while the kubelet
+// proven runs: a PID that another process took (its start time differs)
+// or a process that is gone stops a run within holdRecheck; and a later
+// Prove that fails drops the proof at once.
+func TestKubeletWitnessHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(p fakeProc, s kubeletSockets)
+		// reprove proves again after the change; wait waits out
+		// holdRecheck before asking Holds.
+		reprove, wait, holds bool
+	}{
+		{name: "the kubelet still runs", wait: true, holds: true,
+			change: func(fakeProc, kubeletSockets) {}},
+		{name: "its PID reused: another start time", wait: true,
+			change: func(p fakeProc, s kubeletSockets) {
+				p.add(955, "kubelet", "7777", "/usr/bin/kubelet", "--container-runtime-endpoint=unix://"+s.ours)
+			}},
+		{name: "it is gone", wait: true,
+			change: func(p fakeProc, _ kubeletSockets) {
+				if err := os.RemoveAll(filepath.Join(p.dir, "955")); err != nil {
+					p.t.Fatal(err)
+				}
+			}},
+		{name: "a later Prove that fails drops the proof at once", reprove: true,
+			change: func(p fakeProc, s kubeletSockets) {
+				p.add(955, "kubelet", "2345", "/usr/bin/kubelet", "--container-runtime-endpoint=unix://"+s.sameName)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits out holdRecheck
+			p, s := newFakeProc(t), newKubeletSockets(t)
+			p.add(955, "kubelet", "2345", "/usr/bin/kubelet", "--container-runtime-endpoint=unix://"+s.ours)
+			w := &kubeletWitness{socket: s.ours, proc: p.dir}
+			if w.Holds() {
+				t.Fatal("Holds before any Prove")
+			}
+			if err := w.Prove(t.Context(), Evidence{}); err != nil || !w.Holds() {
+				t.Fatalf("Prove: %v, Holds %v", err, w.Holds())
+			}
+			tc.change(p, s)
+			if tc.reprove {
+				if err := w.Prove(t.Context(), Evidence{}); err == nil {
+					t.Fatal("Prove after the change: proven")
+				}
+			}
+			if tc.wait {
+				time.Sleep(holdRecheck + 50*time.Millisecond)
+			}
+			if got := w.Holds(); got != tc.holds {
+				t.Fatalf("Holds %v, want %v", got, tc.holds)
+			}
+		})
+	}
+}
+
+func writeKubeletFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
