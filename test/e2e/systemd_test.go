@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
+	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
 
 // unitForTest returns a copy of systemd/sweepd.service whose ExecStart names
@@ -400,4 +404,104 @@ func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 		}
 	}
 	t.Logf("daemon resident memory: %.1f MiB", d.metric(t, "process_resident_memory_bytes")/(1<<20))
+}
+
+// TestSystemdEnvExamplesAreSafe runs the daemon as the unit runs it with each
+// SWEEPD_ARGS example of sweepd.env, against the views that a machine which
+// left its registration, or a second runtime, gives it (issue 33): a
+// kubeconfig whose Node outlived its kubelet (this boot's ID, its Lease no
+// longer renewed) and a CRI socket that no kubelet uses, of the same name
+// and version as the kubelet's. Every example deletes nothing and says why;
+// with the kubelet alive and its runtime, each prunes the dead.
+func TestSystemdEnvExamplesAreSafe(t *testing.T) {
+	unit, err := os.ReadFile("../../systemd/sweepd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	envFile, err := os.ReadFile("../../systemd/sweepd.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := regexp.MustCompile(`(?m)^#?SWEEPD_ARGS=.*$`).FindAllString(string(envFile), -1)
+	if len(examples) < 3 {
+		t.Fatalf("%d SWEEPD_ARGS examples in sweepd.env, want the default, cri and CNI DEL ones", len(examples))
+	}
+	sweepd := testbin.Build(t, "./cmd/sweepd")
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	old := time.Now().Add(-time.Hour)
+	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	liveSandbox := multuscache.NewSandboxID()
+	// The kubelet's runtime runs the live pod; a second one, of the same
+	// name and version, runs another pod and no kubelet uses it.
+	kubelets, second := fakecri.Start(t), fakecri.Start(t)
+	kubelets.AddPod(liveSandbox, livePod.UID)
+	second.AddPod(multuscache.NewSandboxID(), multuscache.NewUID())
+	for _, rt := range []*fakecri.Server{kubelets, second} {
+		rt.SetVersion("containerd", "v2.4.2")
+	}
+	bootID, err := controlplane.MachineBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, example := range examples {
+		argv, err := unitExecStart(string(unit), strings.TrimPrefix(example, "#"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cri := slices.Contains(argv, "--liveness=cri")
+		t.Run(example, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "multus")
+			live := sandboxFiles(t, dir, liveSandbox, livePod, old)
+			gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
+			run := func(t *testing.T, endpoint string) *daemonProc {
+				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
+				// Later flags win: the test's directories, cluster and
+				// socket in place of the host's.
+				args := append(argv[1:len(argv):len(argv)], "--node-name=node-a", "--kubeconfig="+cp.Kubeconfig, "--multus-dir="+dir,
+					"--cri-endpoint="+endpoint, "--state-dir="+t.TempDir(), "--cni-bin-dir="+t.TempDir(), "--metrics-addr="+addr,
+					"--schedule=@every 1s", "--allow-short-intervals", "--log-format=text")
+				return startProc(t, exec.Command(sweepd, args...), addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
+			}
+			t.Run("the Node outlived its kubelet, the socket is no kubelet's: nothing deleted", func(t *testing.T) {
+				if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
+					t.Fatal(err)
+				}
+				d := run(t, second.Endpoint)
+				series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
+				if cri {
+					series = `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
+				}
+				framework.Eventually(t, 60*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
+				if got := d.metric(t, "sweep_views_proven"); got != 0 {
+					t.Errorf("sweep_views_proven = %v, want 0", got)
+				}
+				if got := d.metric(t, "sweep_prune_runs_total"); got != 0 {
+					t.Errorf("sweep_prune_runs_total = %v, want 0", got)
+				}
+				framework.CheckFiles(t, "live pod", live, true)
+				framework.CheckFiles(t, "deleted pod", gone, true)
+			})
+			t.Run("the kubelet alive, its runtime: the dead pruned", func(t *testing.T) {
+				setNodeBootID(t, cs, "node-a", bootID) // the kubelet starts again
+				witness.StartKubelet(t, "--container-runtime-endpoint="+kubelets.Endpoint)
+				d := run(t, kubelets.Endpoint)
+				d.waitMetric(t, "sweep_views_proven", 1)
+				framework.Eventually(t, 60*time.Second, "a prune run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+				framework.CheckFiles(t, "live pod", live, true)
+				if slices.Contains(argv, "--cni-del") {
+					// No plugin in the test's --cni-bin-dir: the DEL
+					// fails and the file waits for the next run.
+					framework.Eventually(t, 60*time.Second, "a failed CNI DEL", func() bool {
+						return d.metric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-failed"}`) >= 1
+					})
+					return
+				}
+				framework.Eventually(t, 60*time.Second, "the deleted pod's files removed", func() bool { return !framework.Exists(gone[0]) })
+				framework.CheckFiles(t, "deleted pod", gone, false)
+			})
+		})
+	}
 }
