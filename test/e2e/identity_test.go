@@ -320,7 +320,7 @@ func TestRuntimeMustBeTheNodes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
-	ensureNode(t, cs, "node-a") // reports fakecri://0.0.0
+	ensureNode(t, cs, "node-a")                 // reports fakecri://0.0.0
 	rt.SetSandboxes(multuscache.NewSandboxID()) // another pod's: an empty list proves nothing
 	predateViews()
 	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--cri-timeout=2s"}
