@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/daemon"
+	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
@@ -144,7 +144,7 @@ type leadTimes struct {
 // sees each pod.
 func (l *leadBench) watch(b *testing.B) {
 	b.Helper()
-	w, err := l.cs.CoreV1().Pods("").Watch(b.Context(), metav1.ListOptions{FieldSelector: daemon.NodeSelector(controlplane.NodeName)})
+	w, err := l.cs.CoreV1().Pods("").Watch(b.Context(), metav1.ListOptions{FieldSelector: liveness.NodeSelector(controlplane.NodeName)})
 	if err != nil {
 		b.Fatal(err)
 	}

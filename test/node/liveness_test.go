@@ -127,20 +127,31 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 	c.waitSandboxRemoved(t, static.ID)
 	results := len(multuscache.DefaultAttachments())
 
-	t.Run("cri", func(t *testing.T) {
-		// From the host there is no pod of sweepd's own to find in the
-		// runtime's list: the runtime the kubelet reports is the proof, as
-		// an operator would copy it from kubectl get nodes -o wide.
-		node, err := c.cs.CoreV1().Nodes().Get(ctx, controlplane.NodeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := c.prune(t, "--liveness=cri", "--expect-runtime="+node.Status.NodeInfo.ContainerRuntimeVersion)
-		if s.RemovedBy["sandbox-gone"] != 2*results || s.Kept["sandbox-live"] != 2*results {
-			t.Errorf("removed by sandbox-gone %d, kept as sandbox-live %d; want %d each (live and NOTREADY kept, removed and static gone)",
-				s.RemovedBy["sandbox-gone"], s.Kept["sandbox-live"], 2*results)
-		}
-	})
+	// From the host there is no pod of sweepd's own to find in the
+	// runtime's list: the proof is the node's kubelet, a running process
+	// whose runtime endpoint (in its --config file here, not on its command
+	// line) is the same socket file. --expect-runtime, the runtime as an
+	// operator would copy it from kubectl get nodes -o wide, is a check
+	// against mistakes on top, and changes nothing here.
+	node, err := c.cs.CoreV1().Nodes().Get(ctx, controlplane.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"cri", []string{"--liveness=cri"}},
+		{"cri with expect-runtime", []string{"--liveness=cri", "--expect-runtime=" + node.Status.NodeInfo.ContainerRuntimeVersion}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := c.prune(t, tc.args...)
+			if s.RemovedBy["sandbox-gone"] != 2*results || s.Kept["sandbox-live"] != 2*results {
+				t.Errorf("removed by sandbox-gone %d, kept as sandbox-live %d; want %d each (live and NOTREADY kept, removed and static gone)",
+					s.RemovedBy["sandbox-gone"], s.Kept["sandbox-live"], 2*results)
+			}
+		})
+	}
 	t.Run("both", func(t *testing.T) {
 		// The deleted pod is gone for both witnesses; the static pod's
 		// mirror is gone too and the runtime has no sandbox of it; the
@@ -165,6 +176,7 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		if n := metric(pod, "sweep_runtime_sandboxes"); n < 3 {
 			t.Errorf("sweep_runtime_sandboxes = %v, want at least 3 (daemon, live, done)", n)
 		}
+		c.checkOwnSandbox(t, pod)
 
 		c.node.StopContainerd()
 		// A file of a sandbox the runtime never had: stale, but not while
@@ -189,4 +201,62 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		framework.CheckFiles(t, "running sandbox after the restart", files["live"], true)
 		framework.CheckFiles(t, "NOTREADY sandbox after the restart", files["done"], true)
 	})
+
+	// With cniDel the daemon's pod is hostNetwork: the runtime gives it no
+	// network namespace of its own, but still a sandbox, whose directory its
+	// /etc/hostname is mounted from. No stale files here: the DELs of
+	// fabricated attachments are TestCNIDelOnNode's.
+	t.Run("the daemon in a hostNetwork pod proves its own sandbox", func(t *testing.T) {
+		binDir, err := controlplane.CNIBinDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := c.deploy(t, "upgrade", chartValues(c.node)+fmt.Sprintf(`
+  liveness: cri
+  criSocket: %s
+cniDel:
+  enabled: true
+  binDir: %q
+  hostPaths: [%q]
+  readOnlyHostPaths: [%q, %q]
+`, c.node.Socket, binDir, c.node.CNINetworksDir, c.node.NetNSDir, c.node.CNIConfDir), true)
+		if pod.Status.PodIP != controlplane.NodeIP {
+			t.Fatalf("daemon's pod IP %s, want the node's %s: cniDel.enabled makes it hostNetwork", pod.Status.PodIP, controlplane.NodeIP)
+		}
+		c.checkOwnSandbox(t, pod)
+		c.waitRuns(t, pod, 2)
+		framework.CheckFiles(t, "running sandbox", files["live"], true)
+		framework.CheckFiles(t, "NOTREADY sandbox", files["done"], true)
+	})
+}
+
+// checkOwnSandbox checks what the daemon's own-sandbox witness reads: the
+// runtime mounts the daemon's /etc/hostname from the directory of the
+// sandbox that the runtime lists for the daemon's pod, named by its ID
+// (the root field of the line in the daemon's /proc/PID/mountinfo), and
+// the daemon's views are proven. It logs the line.
+func (c *cluster) checkOwnSandbox(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	sb := c.sandboxOf(t, pod)
+	if sb == nil || !sb.Running {
+		t.Fatalf("no running sandbox of the daemon's pod %s: %+v", pod.UID, sb)
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", c.containerPID(t, pod, "sweepd")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT ...; of several, the last is seen.
+		if f := strings.Fields(l); len(f) > 4 && f[4] == "/etc/hostname" {
+			line = l
+		}
+	}
+	t.Logf("the daemon's /etc/hostname (%s, sandbox %s): %s", c.node.Runtime, sb.ID, line)
+	if f := strings.Fields(line); len(f) < 5 || !strings.Contains(f[3]+"/", "/"+sb.ID+"/") {
+		t.Errorf("the daemon's /etc/hostname is mounted from %q, want a path in the directory of its sandbox %s", line, sb.ID)
+	}
+	if got := metric(pod, "sweep_views_proven"); got != 1 {
+		t.Errorf("sweep_views_proven = %v, want 1", got)
+	}
 }

@@ -160,14 +160,11 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		}
 		n.teardown(t)
 	})
-	pause := testbin.BuildStatic(t, "./test/framework/controlplane/pause")
+	pause := pauseImage(t)
 	if err := n.start(); err != nil {
 		t.Fatalf("node: %v", err)
 	}
-	n.ImportImage(t, Image{
-		Ref: PauseImage, Entrypoint: []string{"/pause"},
-		Files: []ImageFile{{Path: "/pause", Mode: 0o755, Source: pause}},
-	})
+	n.ImportImage(t, pause)
 	if err := n.startKubelet(); err != nil {
 		t.Fatalf("node: %v", err)
 	}
@@ -175,6 +172,15 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		t.Fatalf("node: %v", err)
 	}
 	return n
+}
+
+// pauseImage is the node's sandbox image, PauseImage, built from ./pause.
+func pauseImage(t testing.TB) Image {
+	t.Helper()
+	return Image{
+		Ref: PauseImage, Entrypoint: []string{"/pause"},
+		Files: []ImageFile{{Path: "/pause", Mode: 0o755, Source: testbin.BuildStatic(t, "./test/framework/controlplane/pause")}},
+	}
 }
 
 func (n *Node) start() error {
@@ -338,8 +344,12 @@ func (n *Node) startContainerd(p *process, socket string) error {
 // answers as the kubelet's runtime would, and is not it. Its root, state,
 // socket and an empty CNI configuration directory are its own, in a
 // directory of Dir; its socket, whose path it returns, is alone in its
-// directory (which a pod mounts to reach the runtime). It stops in the
-// test's cleanup, before the node's teardown.
+// directory (which a pod mounts to reach the runtime). It has the node's
+// sandbox image, PauseImage, so that a test can run pod sandboxes in it
+// through its CRI (in the host's network namespace: it has no CNI
+// network), as an old runtime that the kubelet left would hold them; the
+// test stops and removes them in its cleanup. It stops in the test's
+// cleanup, before the node's teardown.
 func (n *Node) StartSpareContainerd(t testing.TB) string {
 	t.Helper()
 	// Short: the socket's path must fit in a sockaddr_un.
@@ -371,6 +381,7 @@ func (n *Node) StartSpareContainerd(t testing.TB) string {
 	if err := n.startContainerd(p, socket); err != nil {
 		t.Fatalf("spare containerd: %v", err)
 	}
+	n.importImageAt(t, socket, pauseImage(t))
 	return socket
 }
 
@@ -389,7 +400,12 @@ func (n *Node) startKubelet() error {
 	// The kernel here offers cgroup v1 only, hence failCgroupV1 false, the
 	// cgroupfs driver and no QoS cgroups. Frequent syncs so that a
 	// projected ConfigMap's update reaches the pod in seconds; no image
-	// garbage collection, since the images cannot be pulled again.
+	// garbage collection, since the images cannot be pulled again. The
+	// shortest node Lease, of 10s (40s by default): the kubelet renews it
+	// every quarter of that, 2.5s, and sweepd stops trusting the node's
+	// pods within 10s of the kubelet's end (StopKubelet), so that a test of
+	// a stopped kubelet waits little; and a sweepd prune from the host waits
+	// at most 2.5s for the renewal that proves the kubelet alive.
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -400,6 +416,7 @@ failSwapOn: false
 staticPodPath: %q
 fileCheckFrequency: 2s
 syncFrequency: 5s
+nodeLeaseDurationSeconds: 10
 containerRuntimeEndpoint: %q
 podLogsDir: %q
 healthzBindAddress: 127.0.0.1
@@ -439,6 +456,52 @@ maxPods: 30
 	return n.kubelet.start()
 }
 
+// StopKubelet stops the node's kubelet with SIGTERM, as a crash or
+// systemctl stop would, and waits until it has exited. The pods keep
+// running without it (their containers are the runtime's), but nothing
+// renews the Node's Lease, or reports their state, until StartKubelet.
+func (n *Node) StopKubelet(t testing.TB) {
+	t.Helper()
+	n.kubelet.stop(syscall.SIGTERM, 10*time.Second)
+}
+
+// StartKubelet starts the node's kubelet again, after StopKubelet, and waits
+// until it has renewed the Node's Lease (kube-node-lease/NodeName): what
+// tells sweepd that the node's kubelet is alive again. The kubelet takes
+// its running pods back as they are.
+func (n *Node) StartKubelet(t testing.TB) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(n.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadyTimeout)
+	defer cancel()
+	leases := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	var before string
+	if l, err := leases.Get(ctx, NodeName, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
+		before = l.Spec.RenewTime.Format(time.RFC3339Nano)
+	}
+	if err := n.kubelet.start(); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	for {
+		if n.kubelet.exited() {
+			t.Fatalf("node: kubelet exited:\n%s", n.kubelet.logTail(30))
+		}
+		l, err := leases.Get(ctx, NodeName, metav1.GetOptions{})
+		if err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Format(time.RFC3339Nano) != before {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node: the kubelet did not renew its Lease within %s of its start (last error %v):\n%s",
+				nodeReadyTimeout, err, n.kubelet.logTail(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func (n *Node) waitReady() error {
 	cs, err := kubernetes.NewForConfig(n.cp.Config)
 	if err != nil {
@@ -470,11 +533,21 @@ func (n *Node) waitReady() error {
 // where the kubelet finds it.
 func (n *Node) ImportImage(t testing.TB, img Image) {
 	t.Helper()
+	n.importImageAt(t, n.Socket, img)
+}
+
+// importImageAt is ImportImage into the containerd at socket.
+func (n *Node) importImageAt(t testing.TB, socket string, img Image) {
+	t.Helper()
 	archive := filepath.Join(n.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
 	if err := img.WriteArchive(archive); err != nil {
 		t.Fatal(err)
 	}
-	n.Ctr(t, "images", "import", archive)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := n.ctrAt(ctx, socket, "images", "import", archive); err != nil {
+		t.Fatalf("ctr --address %s images import %s: %v\n%s", socket, archive, err, out)
+	}
 }
 
 // Ctr runs containerd's ctr in the k8s.io namespace and returns its output.
