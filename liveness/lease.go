@@ -112,6 +112,15 @@ func (w *leaseWitness) waitedLongEnough() bool {
 	return !w.baseline.IsZero() && w.now().Sub(w.baseline) > w.duration+w.fastPollLocked()
 }
 
+// waitedLocked is how long the Lease has been read without a gap; w.mu is
+// held.
+func (w *leaseWitness) waitedLocked() time.Duration {
+	if w.baseline.IsZero() {
+		return 0
+	}
+	return w.now().Sub(w.baseline).Round(time.Millisecond)
+}
+
 // fastPoll is the interval between reads while no renewal has been seen.
 func (w *leaseWitness) fastPoll() time.Duration {
 	w.mu.Lock()
@@ -140,10 +149,10 @@ func (w *leaseWitness) failure() error {
 	case err != nil && w.renew == "":
 		return fmt.Errorf("read Lease %s: %w", name, err) // a failure to ask
 	case err != nil:
-		return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew within %s: %w", name, w.timeout, err)
+		return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew in %s of reading it: %w", name, w.waitedLocked(), err)
 	}
-	return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew within %s (last renewTime %s): the kubelet of Node %q is not alive, "+
-		"or is not this machine's", name, w.timeout, w.renew, w.node)
+	return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew in %s of reading it (its duration %s; last renewTime %s): "+
+		"the kubelet of Node %q is not alive, or is not this machine's", name, w.waitedLocked(), w.duration, w.renew, w.node)
 }
 
 // errForeignLease is a node Lease held by another than the node's kubelet.
