@@ -1,11 +1,15 @@
 package liveness
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/sweep-k8s/sweep/prune"
 )
 
 func pod(name string) *metav1.PartialObjectMetadata {
@@ -38,5 +42,52 @@ func TestPodArrivals(t *testing.T) {
 		if len(arrived) != len(st.want) || (len(arrived) > 0 && arrived[len(arrived)-1] != st.want[len(st.want)-1]) {
 			t.Fatalf("%s: arrivals %v, want %v", st.name, arrived, st.want)
 		}
+	}
+}
+
+// podSourceStub is a prune.PodSource with a fixed view.
+type podSourceStub struct {
+	idx  prune.PodIndex
+	live bool
+}
+
+func (s podSourceStub) Pods(context.Context) (prune.PodIndex, bool, error) { return s.idx, s.live, nil }
+
+// TestProvenPodsHold: a live view counts as synced, removal by removal, only
+// while every witness still holds (a kubelet that stops renewing its Lease
+// stops a run before its next removal); a witness that refuses hands out no
+// view at all; a one-shot view is proven once, at its time.
+func TestProvenPodsHold(t *testing.T) {
+	set := prune.NewPodSet([]prune.PodRef{{Namespace: "ns", Name: "a", UID: "uid-a"}})
+	for _, tc := range []struct {
+		name       string
+		live       bool
+		refuse     error
+		holdsAfter bool
+		synced     bool
+	}{
+		{name: "live, the witness holds", live: true, holdsAfter: true, synced: true},
+		{name: "live, the witness stops holding", live: true, holdsAfter: false, synced: false},
+		{name: "one-shot, the witness stops holding later", live: false, holdsAfter: false, synced: true},
+		{name: "the witness refuses", live: true, refuse: unproven(ErrNodeUnproven, "no renewal"), holdsAfter: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &stubWitness{err: tc.refuse}
+			w.holds.Store(true)
+			idx, live, err := provenPods{src: podSourceStub{idx: set, live: tc.live}, witnesses: []Witness{w}}.Pods(t.Context())
+			if tc.refuse != nil {
+				if !errors.Is(err, ErrNodeUnproven) || idx != nil {
+					t.Fatalf("view %v, err %v; want none and ErrNodeUnproven", idx, err)
+				}
+				return
+			}
+			if err != nil || live != tc.live || !idx.Synced() {
+				t.Fatalf("view synced %v, live %v, err %v", idx != nil && idx.Synced(), live, err)
+			}
+			w.holds.Store(tc.holdsAfter)
+			if got := idx.Synced(); got != tc.synced {
+				t.Errorf("Synced after the witness turned holds=%v: %v, want %v", tc.holdsAfter, got, tc.synced)
+			}
+		})
 	}
 }
