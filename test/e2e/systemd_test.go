@@ -43,6 +43,20 @@ func unitForTest(t *testing.T) string {
 	return unit
 }
 
+// unitFiles reads the unit and its example environment file.
+func unitFiles(t *testing.T) (unit, env []byte) {
+	t.Helper()
+	unit, err := os.ReadFile("../../systemd/sweepd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err = os.ReadFile("../../systemd/sweepd.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unit, env
+}
+
 func systemdAnalyze(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("systemd-analyze")
@@ -66,14 +80,7 @@ func TestSystemdUnitVerify(t *testing.T) {
 // whatever its spaces, and every flag is accepted (exit 1 for the missing
 // kubeconfig, not 2 for usage).
 func TestSystemdExecStart(t *testing.T) {
-	unit, err := os.ReadFile("../../systemd/sweepd.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	envFile, err := os.ReadFile("../../systemd/sweepd.env")
-	if err != nil {
-		t.Fatal(err)
-	}
+	unit, envFile := unitFiles(t)
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 
 	// The unit's default is the daemon's, so that an environment file
@@ -414,14 +421,7 @@ func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 // and version as the kubelet's. Every example deletes nothing and says why;
 // with the kubelet alive and its runtime, each prunes the dead.
 func TestSystemdEnvExamplesAreSafe(t *testing.T) {
-	unit, err := os.ReadFile("../../systemd/sweepd.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	envFile, err := os.ReadFile("../../systemd/sweepd.env")
-	if err != nil {
-		t.Fatal(err)
-	}
+	unit, envFile := unitFiles(t)
 	examples := regexp.MustCompile(`(?m)^#?SWEEPD_ARGS=.*$`).FindAllString(string(envFile), -1)
 	if len(examples) < 3 {
 		t.Fatalf("%d SWEEPD_ARGS examples in sweepd.env, want the default, cri and CNI DEL ones", len(examples))
