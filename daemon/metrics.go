@@ -35,36 +35,6 @@ const (
 	cniDelFailed    = "failed"
 )
 
-// keptReasons lists every reason a file can be kept, so that each series
-// exists from the start and a reason that drops to zero reads 0, not stale.
-func keptReasons() []prune.Reason {
-	return []prune.Reason{
-		prune.ReasonPodLive, prune.ReasonTooYoung, prune.ReasonSandboxReferenced, prune.ReasonUnparseable,
-		prune.ReasonNotCache, prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular,
-		prune.ReasonOtherName, prune.ReasonChanged, prune.ReasonError, prune.ReasonCNIDelFailed,
-		prune.ReasonCNIDelDeferred, prune.ReasonSandboxLive, prune.ReasonStaticPod, prune.ReasonNewerThanView,
-		prune.ReasonClockUnsettled, prune.ReasonNoResultsDir, prune.ReasonConflicting, prune.ReasonViewStale,
-	}
-}
-
-// removedReasons lists every reason a file can be removed.
-func removedReasons() []prune.Reason {
-	return []prune.Reason{
-		prune.ReasonPodGone, prune.ReasonPodNameGone, prune.ReasonOrphanScratch,
-		prune.ReasonSandboxGone, prune.ReasonEarlierBoot,
-	}
-}
-
-// reservationKeptReasons lists every reason a host-local reservation can be
-// kept (--release-host-local-dir).
-func reservationKeptReasons() []prune.Reason {
-	return []prune.Reason{
-		prune.ReasonSandboxLive, prune.ReasonCacheNamed, prune.ReasonTooYoung, prune.ReasonClockUnsettled,
-		prune.ReasonNewerThanView, prune.ReasonNoIdentity, prune.ReasonNotReservation, prune.ReasonNotRegular,
-		prune.ReasonChanged, prune.ReasonLockBusy, prune.ReasonNetworkNotAllowed, prune.ReasonViewStale, prune.ReasonError,
-	}
-}
-
 // metrics are the daemon's metrics, on a registry of its own so that tests
 // and several daemons in one process never collide.
 type metrics struct {
@@ -271,8 +241,10 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			Name: "sweep_host_local_stale_reservations",
 			Help: "host-local reservations the last complete run found orphaned: released, or in a dry run the ones a real run would release.",
 		})
-		m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation))
-		for _, r := range reservationKeptReasons() {
+		for _, r := range prune.ReservationReleasedReasons() {
+			m.hlReleases.WithLabelValues(string(r))
+		}
+		for _, r := range prune.ReservationKeptReasons() {
 			m.hlKept.WithLabelValues(string(r))
 		}
 		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
@@ -289,10 +261,10 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			m.cacheFiles.WithLabelValues(string(c), string(p))
 		}
 		m.cacheBytes.WithLabelValues(string(c))
-		for _, r := range keptReasons() {
+		for _, r := range prune.KeptReasons() {
 			m.kept.WithLabelValues(string(c), string(r))
 		}
-		for _, r := range removedReasons() {
+		for _, r := range prune.RemovedReasons() {
 			m.removedBy.WithLabelValues(string(c), string(r))
 			m.stale.WithLabelValues(string(c), string(r))
 		}
@@ -334,7 +306,7 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 			for _, p := range phases(c.Name) {
 				m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
 			}
-			for _, r := range removedReasons() {
+			for _, r := range prune.RemovedReasons() {
 				m.removedBy.WithLabelValues(string(c.Name), string(r)).Add(float64(c.RemovedBy[r]))
 			}
 		}
@@ -356,12 +328,12 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 	}
 	for _, c := range caches {
 		name := string(c.Name)
-		for _, r := range keptReasons() {
+		for _, r := range prune.KeptReasons() {
 			m.kept.WithLabelValues(name, string(r)).Set(float64(c.Kept[r]))
 		}
 		// RemovedBy counts would-be removals in a dry run: what a dry run
 		// is for, so these are set in both.
-		for _, r := range removedReasons() {
+		for _, r := range prune.RemovedReasons() {
 			m.stale.WithLabelValues(name, string(r)).Set(float64(c.RemovedBy[r]))
 		}
 		for _, p := range phases(c.Name) {
@@ -370,7 +342,7 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		m.cacheBytes.WithLabelValues(name).Set(float64(c.DiskBytes))
 	}
 	if r := sum.Reservations; r != nil && m.hlKept != nil {
-		for _, reason := range reservationKeptReasons() {
+		for _, reason := range prune.ReservationKeptReasons() {
 			m.hlKept.WithLabelValues(string(reason)).Set(float64(r.Kept[reason]))
 		}
 		m.hlStale.Set(float64(r.Released))

@@ -9,11 +9,13 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -412,31 +414,30 @@ func TestCleanupDocExamples(t *testing.T) {
 }
 
 // TestPruneReasonsDocumented checks that docs/prune.md's tables have a row
-// for every reason a run can print or a metric can carry: prune's Reason
-// constants (less vanished, which is counted apart) and the daemon's reasons
-// to skip a run.
+// for every reason a run can print or a metric can carry: prune's closed
+// sets of reasons (prune.TestReasonSets checks that every constant is in
+// one) and the daemon's reasons to skip a run.
 func TestPruneReasonsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/prune.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for file, re := range map[string]*regexp.Regexp{
-		"../../prune/planner.go":      regexp.MustCompile(`(?m)^\t\w+ Reason = "([a-z-]+)"`),
-		"../../prune/reservations.go": regexp.MustCompile(`(?m)^\t\w+ Reason = "([a-z-]+)"`),
-		"../../daemon/metrics.go":     regexp.MustCompile(`(?m)^\tskip\w+ += "([a-z-]+)"`),
-	} {
-		src, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reasons := re.FindAllStringSubmatch(string(src), -1)
-		if len(reasons) < 4 {
-			t.Fatalf("%s: found %d reasons; has the declaration changed?", file, len(reasons))
-		}
-		for _, m := range reasons {
-			if !strings.Contains(string(doc), "\n| `"+m[1]+"` |") {
-				t.Errorf("reason %s (%s) has no row in docs/prune.md", m[1], strings.TrimPrefix(file, "../../"))
-			}
+	reasons := slices.Concat(prune.RemovedReasons(), prune.KeptReasons(), prune.ReservationReleasedReasons(), prune.ReservationKeptReasons())
+	// The daemon's reasons to skip a run are its own closed set.
+	src, err := os.ReadFile("../../daemon/metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	skips := regexp.MustCompile(`(?m)^\tskip\w+ += "([a-z-]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(skips) < 4 {
+		t.Fatalf("daemon/metrics.go: found %d reasons to skip; has the declaration changed?", len(skips))
+	}
+	for _, m := range skips {
+		reasons = append(reasons, prune.Reason(m[1]))
+	}
+	for _, r := range reasons {
+		if !strings.Contains(string(doc), "\n| `"+string(r)+"` |") {
+			t.Errorf("reason %s has no row in docs/prune.md", r)
 		}
 	}
 }

@@ -1,0 +1,66 @@
+package prune_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"slices"
+	"testing"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// TestReasonSets: every exported Reason constant of the package is in one
+// of the closed sets that the metrics and the docs are made from, and no set
+// names one twice: a reason left out would silently vanish from the
+// metrics.
+func TestReasonSets(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[string][]prune.Reason{
+		"RemovedReasons": prune.RemovedReasons(), "KeptReasons": prune.KeptReasons(),
+		"ReservationReleasedReasons": prune.ReservationReleasedReasons(), "ReservationKeptReasons": prune.ReservationKeptReasons(),
+	}
+	for name, set := range sets {
+		sorted := slices.Clone(set)
+		slices.Sort(sorted)
+		if len(slices.Compact(sorted)) != len(set) {
+			t.Errorf("%s names a reason twice: %v", name, set)
+		}
+	}
+	found := 0
+	for _, f := range pkgs["prune"].Files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Reason" {
+					continue
+				}
+				for i, n := range vs.Names {
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !n.IsExported() || !ok {
+						continue
+					}
+					found++
+					r := prune.Reason(lit.Value[1 : len(lit.Value)-1])
+					in := false
+					for _, set := range sets {
+						in = in || slices.Contains(set, r)
+					}
+					if !in {
+						t.Errorf("%s (%q) is in no reason set: add it to one in reasons.go", n.Name, r)
+					}
+				}
+			}
+		}
+	}
+	if found < 25 {
+		t.Fatalf("found %d Reason constants; has their declaration changed?", found)
+	}
+}
