@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -287,10 +286,6 @@ type Option func(*Daemon)
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// WithListener serves HTTP on l instead of listening on Config.MetricsAddr,
-// for tests that need the port before Run.
-func WithListener(l net.Listener) Option { return func(d *Daemon) { d.listener = l } }
-
 // Uninstaller is a task that runs for the daemon's lifetime next to the
 // prune, with its metrics on the daemon's registry: the uninstall cleanup
 // (package uninstall). It returns only when ctx ends or it cannot go on.
@@ -309,7 +304,6 @@ func WithReadyNotifier(f func()) Option { return func(d *Daemon) { d.onReady = f
 type Daemon struct {
 	cfg       Config
 	log       *slog.Logger
-	listener  net.Listener
 	onReady   func()
 	uninstall Uninstaller
 
@@ -543,7 +537,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer cancel()
 
 	errc := make(chan error, 1)
-	if d.listener != nil || d.cfg.MetricsAddr != "" {
+	if d.cfg.MetricsAddr != "" {
 		srv, err := d.serve(ctx, &wg, errc)
 		if err != nil {
 			return err
@@ -562,8 +556,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if !d.waitFirstSync(ctx, errc) {
-		return d.httpError(errc)
+	if synced, err := d.waitFirstSync(ctx, errc); !synced {
+		return err
 	}
 	d.synced.Store(true)
 	// Not ready until the views are proven to be this node's; the proof is
@@ -597,7 +591,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // waitFirstSync waits for the first sync of the node's pods or, with cri
 // liveness alone, for the first answer of the runtime.
-func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
+func (d *Daemon) waitFirstSync(ctx context.Context, errc <-chan error) (bool, error) {
 	pods, runtime := d.views.Pods(), d.views.Runtime()
 	if pods != nil {
 		d.log.Info("waiting for the first sync of the node's pods")
@@ -610,23 +604,22 @@ func (d *Daemon) waitFirstSync(ctx context.Context, errc chan error) bool {
 	for {
 		if pods != nil && pods.HasSynced() {
 			d.log.Info("pods synced", "pods", pods.Len())
-			return true
+			return true, nil
 		}
 		if pods == nil && time.Since(lastTry) >= time.Second {
 			lastTry = time.Now()
 			name, version, err := runtime.Version(ctx)
 			if err == nil {
 				d.log.Info("container runtime answered", "runtime", name, "runtime_version", version)
-				return true
+				return true, nil
 			}
 			d.log.Debug("container runtime not answering", "error", err)
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, nil
 		case err := <-errc:
-			errc <- err
-			return false
+			return false, err
 		case <-tick.C:
 		}
 	}
@@ -724,15 +717,6 @@ func loadBoot(cfg Config, log *slog.Logger, failed func()) *prune.BootState {
 	}
 	log.Info("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
 	return b
-}
-
-func (d *Daemon) httpError(errc chan error) error {
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
 }
 
 // cycle is one scheduled prune: skipped unless every view is fresh and no

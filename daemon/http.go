@@ -17,12 +17,9 @@ import (
 // alone, the runtime answered once, and the views are proven to be this
 // node's). It stops with ctx.
 func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- error) (*http.Server, error) {
-	l := d.listener
-	if l == nil {
-		var err error
-		if l, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", d.cfg.MetricsAddr, err)
-		}
+	l, err := net.Listen("tcp", d.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", d.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry}))
