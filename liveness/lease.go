@@ -152,7 +152,8 @@ func (w *leaseWitness) failure() error {
 		return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew in %s of reading it: %w", name, w.waitedLocked(), err)
 	}
 	return unproven(ErrNodeUnproven, "the kubelet's Lease %s was not seen to renew in %s of reading it (its duration %s; last renewTime %s): "+
-		"the kubelet of Node %q is not alive, or is not this machine's", name, w.waitedLocked(), w.duration, w.renew, w.node)
+		"the kubelet of Node %q is not alive, or is not this machine's (check that the kubelet runs, and that --node-name and the kubeconfig "+
+		"are this machine's node and cluster)", name, w.waitedLocked(), w.duration, w.renew, w.node)
 }
 
 // errForeignLease is a node Lease held by another than the node's kubelet.
