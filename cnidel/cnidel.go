@@ -27,7 +27,7 @@ import (
 	"github.com/containernetworking/cni/pkg/utils"
 	"golang.org/x/sys/unix"
 
-	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/cachefile"
 )
 
 // Attachment is one network attachment as libcni cached it after ADD.
@@ -64,13 +64,13 @@ var ErrNotCache = errors.New("not a cniCacheV1 file")
 // hostile file from naming a path outside the scratch directory.
 //
 // The file must also read as one identity to the prune's own parser
-// (prune.ParseCacheFile): the DEL runs only for a file the prune judged
+// (cachefile.ParseCacheFile): the DEL runs only for a file the prune judged
 // stale, and must act on the sandbox and pod that the prune judged, never on
 // what a more lenient reader makes of an ambiguous file.
 func Decode(data []byte) (*Attachment, error) {
-	id, err := prune.ParseCacheFile(data)
+	id, err := cachefile.ParseCacheFile(data)
 	switch {
-	case errors.Is(err, prune.ErrNotCache):
+	case errors.Is(err, cachefile.ErrNotCache):
 		return nil, ErrNotCache
 	case err != nil:
 		return nil, fmt.Errorf("cache file: %w", err)
@@ -92,7 +92,7 @@ func Decode(data []byte) (*Attachment, error) {
 		return nil, ErrNotCache
 	}
 	if c.ContainerID != id.ContainerID || podUID(c.CNIArgs) != id.PodUID {
-		return nil, fmt.Errorf("cache file: %w: readers disagree on the sandbox or pod", prune.ErrConflict)
+		return nil, fmt.Errorf("cache file: %w: readers disagree on the sandbox or pod", cachefile.ErrConflict)
 	}
 	if err := utils.ValidateContainerID(c.ContainerID); err != nil {
 		return nil, fmt.Errorf("cache file: %w", err)

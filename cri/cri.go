@@ -23,7 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/cachefile"
 )
 
 // DefaultEndpoint is containerd's CRI socket.
@@ -131,9 +131,9 @@ func (c *Client) Sandboxes(ctx context.Context) (*Sandboxes, error) {
 var ErrBadSandboxID = errors.New("sandbox id is not 64 lowercase hex digits")
 
 func newSandboxes(items []sandbox) (*Sandboxes, error) {
-	s := &Sandboxes{ids: make(map[prune.SandboxID]sandboxOf, len(items)), pods: make(map[string]struct{}, len(items))}
+	s := &Sandboxes{ids: make(map[cachefile.SandboxID]sandboxOf, len(items)), pods: make(map[string]struct{}, len(items))}
 	for _, it := range items {
-		id, ok := prune.ParseSandboxID(it.ID)
+		id, ok := cachefile.ParseSandboxID(it.ID)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrBadSandboxID, it.ID)
 		}
@@ -151,7 +151,7 @@ func newSandboxes(items []sandbox) (*Sandboxes, error) {
 // Sandboxes is one complete list of the runtime's sandboxes. It implements
 // prune.SandboxIndex.
 type Sandboxes struct {
-	ids   map[prune.SandboxID]sandboxOf
+	ids   map[cachefile.SandboxID]sandboxOf
 	pods  map[string]struct{} // the pod UIDs of the sandboxes
 	ready int
 }
@@ -165,7 +165,7 @@ type sandboxOf struct {
 // ReadyFor reports whether the runtime lists the sandbox id as SANDBOX_READY
 // and made for the pod with this UID: the proof that this runtime runs the
 // process that asks, whose own sandbox only the runtime that made it knows.
-func (s *Sandboxes) ReadyFor(id prune.SandboxID, podUID string) bool {
+func (s *Sandboxes) ReadyFor(id cachefile.SandboxID, podUID string) bool {
 	e, ok := s.ids[id]
 	return ok && e.ready && podUID != "" && e.podUID == podUID
 }
@@ -174,7 +174,7 @@ func (s *Sandboxes) ReadyFor(id prune.SandboxID, podUID string) bool {
 func (s *Sandboxes) Synced() bool { return true }
 
 // Has implements prune.SandboxIndex.
-func (s *Sandboxes) Has(id prune.SandboxID) bool { _, ok := s.ids[id]; return ok }
+func (s *Sandboxes) Has(id cachefile.SandboxID) bool { _, ok := s.ids[id]; return ok }
 
 // HasPod reports whether a sandbox, in any state, was made for the pod with
 // this UID: the UID the kubelet gave the runtime.

@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
@@ -37,7 +38,7 @@ func TestParseEndpoint(t *testing.T) {
 
 func mustID(t *testing.T, s string) prune.SandboxID {
 	t.Helper()
-	id, ok := prune.ParseSandboxID(s)
+	id, ok := cachefile.ParseSandboxID(s)
 	if !ok {
 		t.Fatalf("bad id %q", s)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
@@ -41,7 +42,7 @@ func (w *stubWitness) Holds() bool { return w.holds.Load() }
 
 func mustSandboxID(t *testing.T, s string) prune.SandboxID {
 	t.Helper()
-	id, ok := prune.ParseSandboxID(s)
+	id, ok := cachefile.ParseSandboxID(s)
 	if !ok {
 		t.Fatalf("bad sandbox ID %q", s)
 	}

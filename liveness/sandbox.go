@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/cachefile"
 )
 
 // DefaultMountInfo is where a process reads its own mounts.
@@ -72,7 +72,7 @@ func (ownSandboxWitness) Holds() bool { return true }
 // 64 lowercase hex digits of each, in order and without repeats. Of several
 // mounts on one file (a machine that is itself a container), the last is
 // the one the process sees.
-func ownSandboxIDs(mountInfo []byte) []prune.SandboxID {
+func ownSandboxIDs(mountInfo []byte) []cachefile.SandboxID {
 	roots := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(mountInfo))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -83,13 +83,13 @@ func ownSandboxIDs(mountInfo []byte) []prune.SandboxID {
 			roots[unescapeMount(f[4])] = unescapeMount(f[3])
 		}
 	}
-	var ids []prune.SandboxID
+	var ids []cachefile.SandboxID
 	for _, file := range sandboxFiles {
 		// The last ID in the path is the sandbox's directory; an earlier
 		// one is a directory further up (a kind node's volume).
 		els := strings.Split(roots[file], "/")
 		for i := len(els) - 1; i >= 0; i-- {
-			if id, ok := prune.ParseSandboxID(els[i]); ok {
+			if id, ok := cachefile.ParseSandboxID(els[i]); ok {
 				if !slices.Contains(ids, id) {
 					ids = append(ids, id)
 				}

@@ -11,8 +11,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/cri"
-	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
 )
 
@@ -180,7 +180,7 @@ func FuzzOwnSandboxIDs(f *testing.F) {
 		text := unescapeMount(string(data))
 		for i, id := range ids {
 			s := id.String()
-			if back, ok := prune.ParseSandboxID(s); !ok || back != id {
+			if back, ok := cachefile.ParseSandboxID(s); !ok || back != id {
 				t.Fatalf("result %d %q is no sandbox ID", i, s)
 			}
 			if slices.Contains(ids[:i], id) {

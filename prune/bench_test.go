@@ -12,16 +12,6 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
-func BenchmarkParseCacheFile(b *testing.B) {
-	data := multuscache.ResultsJSON(multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.UID("p")}, multuscache.DefaultAttachments()[0])
-	b.SetBytes(int64(len(data)))
-	for b.Loop() {
-		if _, err := prune.ParseCacheFile(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkRun prunes a 10,000-sandbox cache (30,000 files, 110 live) on
 // tmpfs per iteration; the tree is copied outside the timer.
 func BenchmarkRun(b *testing.B) {

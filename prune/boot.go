@@ -1,6 +1,8 @@
 package prune
 
 import (
+	"github.com/sweep-k8s/sweep/cachefile"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -126,7 +128,7 @@ func parseBootRecord(data []byte, bootID string) (map[SandboxID]struct{}, error)
 		earlier bool
 	}{{rec.EarlierBoot, true}, {rec.Sandboxes, rec.BootID != bootID}} {
 		for _, s := range l.ids {
-			id, ok := ParseSandboxID(s)
+			id, ok := cachefile.ParseSandboxID(s)
 			if !ok {
 				return nil, fmt.Errorf("bad sandbox id %q", s)
 			}

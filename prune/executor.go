@@ -1,6 +1,8 @@
 package prune
 
 import (
+	"github.com/sweep-k8s/sweep/cachefile"
+
 	"cmp"
 	"context"
 	"errors"
@@ -755,10 +757,10 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 	}
 	if d.Remove {
 		w.name, w.sandbox = name, re.Cache.ContainerID
-		if _, ok := ParseSandboxID(w.sandbox); !ok {
+		if _, ok := cachefile.ParseSandboxID(w.sandbox); !ok {
 			// Without a containerId, the sandbox the name carries: two
 			// files of one sandbox must not DEL at once either way.
-			if id, ok := SandboxIDFromResultsName(name); ok {
+			if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
 				w.sandbox = id.String()
 			}
 		}
@@ -837,11 +839,11 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 		return st, err
 	}
 	w.raw = w.buf[:n]
-	cf, err := ParseCacheFile(w.raw)
+	cf, err := cachefile.ParseCacheFile(w.raw)
 	switch {
-	case errors.Is(err, ErrNotCache):
+	case errors.Is(err, cachefile.ErrNotCache):
 		re.ParseReason = ReasonNotCache
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, cachefile.ErrConflict):
 		re.ParseReason = ReasonConflicting
 	case err != nil:
 		re.ParseReason = ReasonUnparseable
@@ -869,7 +871,7 @@ func readFull(fd int, buf []byte) (int, error) {
 }
 
 func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map[SandboxID]struct{}) {
-	id, ok := ParseSandboxID(name)
+	id, ok := cachefile.ParseSandboxID(name)
 	if !ok {
 		if name != "results" {
 			w.counts.scanned[PhaseOther]++
@@ -1076,7 +1078,7 @@ func (w *worker) report(f File, d Decision) {
 		return
 	}
 	if f.Sandbox == "" && f.Phase == PhaseResults {
-		if id, ok := SandboxIDFromResultsName(f.Name); ok {
+		if id, ok := cachefile.SandboxIDFromResultsName(f.Name); ok {
 			f.Sandbox = id.String()
 		}
 	}

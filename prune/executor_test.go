@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -476,7 +477,7 @@ func TestRunOversized(t *testing.T) {
 	}
 	// A stale cache file in every respect but its size.
 	padded := append(data[:len(data)-1:len(data)-1], []byte(`,"pad":"`+strings.Repeat("x", prune.DefaultMaxFileSize)+`"}`)...)
-	if _, err := prune.ParseCacheFile(padded); err != nil {
+	if _, err := cachefile.ParseCacheFile(padded); err != nil {
 		t.Fatalf("the padded file does not parse: %v", err)
 	}
 	if err := os.WriteFile(bigFile, padded, 0o600); err != nil {

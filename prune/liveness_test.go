@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -24,7 +25,7 @@ type sandboxes struct {
 func newSandboxes(ids ...string) *sandboxes {
 	s := &sandboxes{ids: map[prune.SandboxID]struct{}{}}
 	for _, id := range ids {
-		sid, _ := prune.ParseSandboxID(id)
+		sid, _ := cachefile.ParseSandboxID(id)
 		s.ids[sid] = struct{}{}
 	}
 	s.n.Store(1 << 40)
@@ -152,7 +153,7 @@ func TestRunLiveness(t *testing.T) {
 			// The kept sandboxes, for the boot record: those left.
 			kept := sum.KeptSandboxes()
 			for n, id := range names {
-				sid, _ := prune.ParseSandboxID(id)
+				sid, _ := cachefile.ParseSandboxID(id)
 				if _, ok := kept[sid]; ok != strings.Contains(tc.left, n) {
 					t.Errorf("kept sandboxes: %s %v, want %v", n, ok, !ok)
 				}

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
@@ -62,7 +63,7 @@ type countingReleaser struct {
 }
 
 func (r *countingReleaser) Release(_ context.Context, name string, _ []byte) error {
-	id, _ := prune.SandboxIDFromResultsName(name)
+	id, _ := cachefile.SandboxIDFromResultsName(name)
 	r.mu.Lock()
 	if r.sandbox == nil {
 		r.sandbox = map[string]int{}

@@ -10,6 +10,8 @@
 package prune
 
 import (
+	"github.com/sweep-k8s/sweep/cachefile"
+
 	"strings"
 	"time"
 )
@@ -179,7 +181,7 @@ type Entry struct {
 type ResultsEntry struct {
 	Entry
 	// Cache is the parsed identity; valid only when ParseReason is empty.
-	Cache CacheFile
+	Cache cachefile.CacheFile
 	// ParseReason is ReasonUnparseable, ReasonNotCache, ReasonTooLarge or
 	// ReasonConflicting when the content could not give one identity.
 	ParseReason Reason
@@ -374,7 +376,7 @@ func isUUID(s string) bool {
 				return false
 			}
 		default:
-			if c := s[i]; !isLowerHex(c) && (c < 'A' || c > 'F') {
+			if c := s[i]; !('0' <= c && c <= '9') && !('a' <= c && c <= 'f') && (c < 'A' || c > 'F') {
 				return false
 			}
 		}
@@ -398,11 +400,11 @@ func (p Planner) allEarlierBoot(ids []SandboxID) bool {
 // name and its containerId. A file that stays names them for phase 2.
 func (e ResultsEntry) Sandboxes() []SandboxID {
 	var ids []SandboxID
-	if id, ok := SandboxIDFromResultsName(e.Name); ok {
+	if id, ok := cachefile.SandboxIDFromResultsName(e.Name); ok {
 		ids = append(ids, id)
 	}
 	if e.ParseReason == "" {
-		if id, ok := ParseSandboxID(e.Cache.ContainerID); ok && (len(ids) == 0 || ids[0] != id) {
+		if id, ok := cachefile.ParseSandboxID(e.Cache.ContainerID); ok && (len(ids) == 0 || ids[0] != id) {
 			ids = append(ids, id)
 		}
 	}

@@ -1,6 +1,8 @@
 package prune
 
 import (
+	"github.com/sweep-k8s/sweep/cachefile"
+
 	"testing"
 	"time"
 )
@@ -25,7 +27,7 @@ func TestPlannerResults(t *testing.T) {
 		{Namespace: "default", Name: "web-0", UID: newUID},
 	})
 	p := Planner{Index: idx, Now: now, MinAge: 15 * time.Minute, Clock: settled}
-	entry := func(mtime time.Time, cf CacheFile) ResultsEntry {
+	entry := func(mtime time.Time, cf cachefile.CacheFile) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + liveSandbox + "-eth0", ModTime: mtime}, Cache: cf}
 	}
 	tests := []struct {
@@ -33,17 +35,17 @@ func TestPlannerResults(t *testing.T) {
 		e    ResultsEntry
 		want Decision
 	}{
-		{"live pod by UID", entry(old, CacheFile{PodUID: liveUID, PodNamespace: "default", PodName: "live-2"}), keep(ReasonPodLive)},
-		{"deleted pod", entry(old, CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "gone"}), remove(ReasonPodGone)},
-		{"deleted pod, young file", entry(young, CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
-		{"deleted pod, file from the future", entry(now.Add(time.Hour), CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
-		{"exactly min-age old", entry(now.Add(-15*time.Minute), CacheFile{PodUID: goneUID}), remove(ReasonPodGone)},
-		{"same name, old UID", entry(old, CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "web-0"}), remove(ReasonPodGone)},
-		{"live pod young file", entry(young, CacheFile{PodUID: liveUID}), keep(ReasonPodLive)},
-		{"no UID, name live", entry(old, CacheFile{PodNamespace: "default", PodName: "web-0"}), keep(ReasonPodLive)},
-		{"no UID, name gone", entry(old, CacheFile{PodNamespace: "default", PodName: "gone"}), remove(ReasonPodNameGone)},
-		{"no UID, name only", entry(old, CacheFile{PodName: "web-0"}), keep(ReasonNoIdentity)},
-		{"no identity", entry(old, CacheFile{ContainerID: liveSandbox}), keep(ReasonNoIdentity)},
+		{"live pod by UID", entry(old, cachefile.CacheFile{PodUID: liveUID, PodNamespace: "default", PodName: "live-2"}), keep(ReasonPodLive)},
+		{"deleted pod", entry(old, cachefile.CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "gone"}), remove(ReasonPodGone)},
+		{"deleted pod, young file", entry(young, cachefile.CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
+		{"deleted pod, file from the future", entry(now.Add(time.Hour), cachefile.CacheFile{PodUID: goneUID}), keep(ReasonTooYoung)},
+		{"exactly min-age old", entry(now.Add(-15*time.Minute), cachefile.CacheFile{PodUID: goneUID}), remove(ReasonPodGone)},
+		{"same name, old UID", entry(old, cachefile.CacheFile{PodUID: goneUID, PodNamespace: "default", PodName: "web-0"}), remove(ReasonPodGone)},
+		{"live pod young file", entry(young, cachefile.CacheFile{PodUID: liveUID}), keep(ReasonPodLive)},
+		{"no UID, name live", entry(old, cachefile.CacheFile{PodNamespace: "default", PodName: "web-0"}), keep(ReasonPodLive)},
+		{"no UID, name gone", entry(old, cachefile.CacheFile{PodNamespace: "default", PodName: "gone"}), remove(ReasonPodNameGone)},
+		{"no UID, name only", entry(old, cachefile.CacheFile{PodName: "web-0"}), keep(ReasonNoIdentity)},
+		{"no identity", entry(old, cachefile.CacheFile{ContainerID: liveSandbox}), keep(ReasonNoIdentity)},
 		{"unparseable", ResultsEntry{Entry: Entry{ModTime: old}, ParseReason: ReasonUnparseable}, keep(ReasonUnparseable)},
 		{"legacy", ResultsEntry{Entry: Entry{ModTime: old}, ParseReason: ReasonNotCache}, keep(ReasonNotCache)},
 		{"too large", ResultsEntry{Entry: Entry{ModTime: old}, ParseReason: ReasonTooLarge}, keep(ReasonTooLarge)},
@@ -60,8 +62,8 @@ func TestPlannerResults(t *testing.T) {
 func TestPlannerScratch(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: 15 * time.Minute, Clock: settled}
-	live, _ := ParseSandboxID(liveSandbox)
-	failed, _ := ParseSandboxID(failedAdd)
+	live, _ := cachefile.ParseSandboxID(liveSandbox)
+	failed, _ := cachefile.ParseSandboxID(failedAdd)
 	referenced := map[SandboxID]struct{}{live: {}}
 	tests := []struct {
 		name  string
@@ -84,17 +86,17 @@ func TestPlannerScratch(t *testing.T) {
 }
 
 func TestResultsEntrySandboxes(t *testing.T) {
-	live, _ := ParseSandboxID(liveSandbox)
-	thick, _ := ParseSandboxID(thickSandbox)
+	live, _ := cachefile.ParseSandboxID(liveSandbox)
+	thick, _ := cachefile.ParseSandboxID(thickSandbox)
 	tests := []struct {
 		name string
 		e    ResultsEntry
 		want []SandboxID
 	}{
-		{"name and containerId agree", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, Cache: CacheFile{ContainerID: liveSandbox}}, []SandboxID{live}},
-		{"name and containerId differ", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, Cache: CacheFile{ContainerID: thickSandbox}}, []SandboxID{live, thick}},
-		{"unparseable: name only", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, ParseReason: ReasonUnparseable, Cache: CacheFile{ContainerID: thickSandbox}}, []SandboxID{live}},
-		{"odd name: containerId only", ResultsEntry{Entry: Entry{Name: "odd"}, Cache: CacheFile{ContainerID: thickSandbox}}, []SandboxID{thick}},
+		{"name and containerId agree", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, Cache: cachefile.CacheFile{ContainerID: liveSandbox}}, []SandboxID{live}},
+		{"name and containerId differ", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, Cache: cachefile.CacheFile{ContainerID: thickSandbox}}, []SandboxID{live, thick}},
+		{"unparseable: name only", ResultsEntry{Entry: Entry{Name: "n-" + liveSandbox + "-eth0"}, ParseReason: ReasonUnparseable, Cache: cachefile.CacheFile{ContainerID: thickSandbox}}, []SandboxID{live}},
+		{"odd name: containerId only", ResultsEntry{Entry: Entry{Name: "odd"}, Cache: cachefile.CacheFile{ContainerID: thickSandbox}}, []SandboxID{thick}},
 	}
 	for _, tc := range tests {
 		got := tc.e.Sandboxes()
@@ -119,7 +121,7 @@ func (s sandboxSet) EarlierBoot(id SandboxID) bool { return s.Has(id) }
 
 func sid(t *testing.T, s string) SandboxID {
 	t.Helper()
-	id, ok := ParseSandboxID(s)
+	id, ok := cachefile.ParseSandboxID(s)
 	if !ok {
 		t.Fatalf("bad sandbox id %q", s)
 	}
@@ -138,7 +140,7 @@ func TestPlannerLiveness(t *testing.T) {
 	file := func(mtime time.Time, sandbox, containerID, uid string) ResultsEntry {
 		return ResultsEntry{
 			Entry: Entry{Name: "net-" + sandbox + "-eth0", ModTime: mtime},
-			Cache: CacheFile{ContainerID: containerID, PodUID: uid, PodNamespace: "default", PodName: "x"},
+			Cache: cachefile.CacheFile{ContainerID: containerID, PodUID: uid, PodNamespace: "default", PodName: "x"},
 		}
 	}
 	var (
@@ -162,13 +164,13 @@ func TestPlannerLiveness(t *testing.T) {
 		{"cri: sandbox gone, young", cri, file(young, failedAdd, failedAdd, liveUID), keep(ReasonTooYoung)},
 		{"cri: name and containerId disagree, one known", cri, file(old, failedAdd, liveSandbox, goneUID), keep(ReasonSandboxLive)},
 		{"cri: name and containerId disagree, other known", cri, file(old, liveSandbox, failedAdd, goneUID), keep(ReasonSandboxLive)},
-		{"cri: no sandbox at all", cri, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
+		{"cri: no sandbox at all", cri, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: cachefile.CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
 		{"cri: no pod identity, sandbox gone", cri, file(old, failedAdd, failedAdd, ""), remove(ReasonSandboxGone)},
 		// both: a removal needs the pod gone and the sandbox unknown.
 		{"both: pod live, sandbox gone", both, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
 		{"both: pod gone, sandbox known", both, file(old, liveSandbox, liveSandbox, goneUID), keep(ReasonSandboxLive)},
 		{"both: pod gone, sandbox gone", both, file(old, failedAdd, failedAdd, goneUID), remove(ReasonPodGone)},
-		{"both: pod gone, no sandbox", both, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
+		{"both: pod gone, no sandbox", both, ResultsEntry{Entry: Entry{Name: "odd", ModTime: old}, Cache: cachefile.CacheFile{PodUID: goneUID}}, keep(ReasonNoIdentity)},
 		// api: unchanged, the runtime is not asked.
 		{"api: pod live", api, file(old, failedAdd, failedAdd, liveUID), keep(ReasonPodLive)},
 		{"api: pod gone", api, file(old, liveSandbox, liveSandbox, goneUID), remove(ReasonPodGone)},
@@ -279,7 +281,7 @@ func TestPlannerStaticPods(t *testing.T) {
 	}
 	file := func(sandbox, uid, name string) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + sandbox + "-eth0", ModTime: old},
-			Cache: CacheFile{ContainerID: sandbox, PodUID: uid, PodNamespace: "kube-system", PodName: name}}
+			Cache: cachefile.CacheFile{ContainerID: sandbox, PodUID: uid, PodNamespace: "kube-system", PodName: name}}
 	}
 	for _, tc := range []struct {
 		name string
@@ -330,7 +332,7 @@ func TestPlannerAgeGuards(t *testing.T) {
 	zeroAge.MinAge = 0
 	results := func(changed time.Time) ResultsEntry {
 		return ResultsEntry{Entry: Entry{Name: "net-" + failedAdd + "-eth0", ModTime: old, ChangeTime: changed},
-			Cache: CacheFile{ContainerID: failedAdd, PodUID: goneUID}}
+			Cache: cachefile.CacheFile{ContainerID: failedAdd, PodUID: goneUID}}
 	}
 	id := sid(t, failedAdd)
 	for _, tc := range []struct {

@@ -18,6 +18,8 @@ package prune
 // the same re-check before removal, the same summary, listing and metrics.
 
 import (
+	"github.com/sweep-k8s/sweep/cachefile"
+
 	"bytes"
 	"context"
 	"errors"
@@ -142,7 +144,7 @@ func (p Planner) Reservation(e ReservationEntry, known map[SandboxID]struct{}) D
 	if e.ParseReason != "" {
 		return keep(e.ParseReason)
 	}
-	id, ok := ParseSandboxID(e.Reservation.ContainerID)
+	id, ok := cachefile.ParseSandboxID(e.Reservation.ContainerID)
 	if !ok || p.Sandboxes == nil {
 		// Not a CRI sandbox ID (nerdctl's <namespace>-<container ID>):
 		// no runtime sweep asks can vouch for its death. This tells no

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sweep-k8s/sweep/cachefile"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -74,7 +75,7 @@ func TestClockGuardSeesClockSet(t *testing.T) {
 			now := time.Now()
 			p := prune.Planner{Index: prune.NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
 			old := now.Add(-minAge - slept - tiny)
-			id, _ := prune.ParseSandboxID("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+			id, _ := cachefile.ParseSandboxID("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 			if d := p.Scratch(prune.Entry{ModTime: old, ChangeTime: old}, id, map[prune.SandboxID]struct{}{}); !d.Remove {
 				t.Fatalf("a file %s past the minimum age after a set by about 0: %+v, want it removed", tiny, d)
 			}

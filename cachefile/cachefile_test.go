@@ -1,4 +1,4 @@
-package prune
+package cachefile
 
 import (
 	"bytes"
@@ -12,14 +12,14 @@ import (
 )
 
 const (
-	thinDir      = "testdata/multus-real/thin-bridge"
+	thinDir      = "../prune/testdata/multus-real/thin-bridge"
 	liveSandbox  = "2a9cc5e4f8b450e601bf2382e1b1e3d1f3c75dcc540ed467d27ac4be55130087"
 	failedAdd    = "35d99114712fc62a00da4549ce5c4120d05c3a36df1eb7ad02e309dfaf08c86f"
 	liveUID      = "f9bbbd0b-c09c-4ead-9c55-ba7d72b84b49"
 	thinEth0     = "results/k8s-pod-network-" + liveSandbox + "-eth0"
 	thinNet1     = "results/sec-net-default-" + liveSandbox + "-net1"
 	thickName    = "cilium-0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce-eth0"
-	thickFile    = "testdata/multus-real/thick-issue-1488/results/" + thickName
+	thickFile    = "../prune/testdata/multus-real/thick-issue-1488/results/" + thickName
 	thickSandbox = "0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce"
 )
 

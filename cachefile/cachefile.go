@@ -1,4 +1,9 @@
-package prune
+// Package cachefile reads the multus and libcni CNI cache files: the sandbox
+// IDs they are named by and the identity (sandbox, pod, network, interface)
+// a results file carries. It decides nothing: package prune judges by what
+// it reads, and cri and cnidel read the same format without depending on
+// what decides to delete.
+package cachefile
 
 import (
 	"bytes"
