@@ -376,12 +376,17 @@ func isUUID(s string) bool {
 				return false
 			}
 		default:
-			if c := s[i]; !('0' <= c && c <= '9') && !('a' <= c && c <= 'f') && (c < 'A' || c > 'F') {
+			if c := s[i]; !isHex(c) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// isHex reports whether c is a hex digit of either case.
+func isHex(c byte) bool {
+	return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
 }
 
 // allEarlierBoot reports whether every sandbox a file names was recorded
