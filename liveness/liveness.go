@@ -81,11 +81,6 @@ type Config struct {
 	// RESTConfig returns the API server's client config, called only when
 	// the mode needs the pods and no client was injected.
 	RESTConfig func() (*rest.Config, error)
-	// MountInfo and Proc are where this process's mounts and the
-	// machine's processes are read; defaults DefaultMountInfo and
-	// DefaultProc.
-	MountInfo string
-	Proc      string
 }
 
 // Option injects a dependency into New.
@@ -122,10 +117,9 @@ type Views struct {
 	nodeWatch *nodeWatcher // beside pods
 	lease     *leaseWitness
 
-	podWitnesses     []Witness
-	runtimeWitnesses []Witness
-	podSource        prune.PodSource
-	sandboxSource    *runtimeView
+	podWitnesses  []Witness
+	podSource     prune.PodSource
+	sandboxSource *runtimeView
 }
 
 // New builds the views that cfg's mode needs, and their witnesses.
@@ -137,8 +131,6 @@ func New(cfg Config, opts ...Option) (*Views, error) {
 	c := &v.cfg
 	c.Mode = cmp.Or(c.Mode, ModeAPI)
 	c.BootIDFile = cmp.Or(c.BootIDFile, prune.DefaultBootIDFile)
-	c.MountInfo = cmp.Or(c.MountInfo, DefaultMountInfo)
-	c.Proc = cmp.Or(c.Proc, DefaultProc)
 	if c.SyncTimeout <= 0 {
 		c.SyncTimeout = 30 * time.Second
 	}
@@ -222,9 +214,9 @@ func (v *Views) buildRuntime() error {
 	sw := &socketWitness{path: socket}
 	var ws []Witness
 	if c.SelfPodUID != "" {
-		ws = append(ws, ownSandboxWitness{uid: c.SelfPodUID, mountInfo: c.MountInfo})
+		ws = append(ws, ownSandboxWitness{uid: c.SelfPodUID, mountInfo: DefaultMountInfo})
 	} else {
-		ws = append(ws, &kubeletWitness{socket: socket, proc: c.Proc})
+		ws = append(ws, &kubeletWitness{socket: socket, proc: DefaultProc})
 	}
 	if c.ExpectRuntime != "" {
 		ws = append(ws, expectWitness{want: c.ExpectRuntime})
@@ -232,7 +224,6 @@ func (v *Views) buildRuntime() error {
 	if len(v.podWitnesses) > 0 {
 		ws = append(ws, nodeRuntimeWitness{node: c.NodeName, boot: v.podWitnesses[0].(*bootWitness)})
 	}
-	v.runtimeWitnesses = append([]Witness{sw}, ws...)
 	v.sandboxSource = &runtimeView{c: v.runtime, socket: sw, witnesses: ws}
 	return nil
 }
@@ -298,7 +289,11 @@ func (v *Views) Unheld() error {
 	if v.pods != nil && !v.pods.Synced() {
 		why = append(why, fmt.Sprintf("the view of the node's pods is not fresh: %v", v.pods.LastError()))
 	}
-	for _, w := range slices.Concat(v.podWitnesses, v.runtimeWitnesses) {
+	ws := v.podWitnesses
+	if v.sandboxSource != nil {
+		ws = slices.Concat(ws, v.sandboxSource.all())
+	}
+	for _, w := range ws {
 		if !w.Holds() {
 			why = append(why, "witness "+w.Name()+" no longer holds")
 		}

@@ -31,8 +31,11 @@ func (r *runtimeView) Sandboxes(ctx context.Context) (prune.SandboxIndex, error)
 	if err != nil {
 		return nil, err
 	}
-	return heldSandboxes{Sandboxes: l.Sandboxes, witnesses: append([]Witness{r.socket}, r.witnesses...)}, nil
+	return heldSandboxes{Sandboxes: l.Sandboxes, witnesses: r.all()}, nil
 }
+
+// all returns the socket witness and the others, in the order they hold.
+func (r *runtimeView) all() []Witness { return append([]Witness{r.socket}, r.witnesses...) }
 
 // answer asks the runtime who it is and what it runs, and has the
 // witnesses judge it.
