@@ -144,6 +144,28 @@ type clockOp struct{ run, step time.Duration }
 func runFor(d time.Duration) clockOp { return clockOp{run: d} }
 func stepBy(d time.Duration) clockOp { return clockOp{step: d} }
 
+// checkClockState checks the guard's state st, taken at minAge, against the uptime and
+// forward steps wanted, the time ages are trusted from (wantTrusted after the
+// wall clock's now; 0: now), and what the planner makes of a file of age.
+func checkClockState(t *testing.T, c *fakeClocks, st ClockState, minAge, wantUptime, wantForward, wantTrusted, age time.Duration, want Reason) {
+	t.Helper()
+	if st.Uptime != wantUptime || st.Forward != wantForward {
+		t.Errorf("state %+v, want uptime %s, forward %s", st, wantUptime, wantForward)
+	}
+	now := c.wall()
+	var trusted time.Time
+	if wantTrusted != 0 {
+		trusted = now.Add(wantTrusted)
+	}
+	if !st.TrustedFrom.Equal(trusted) {
+		t.Errorf("trusted from %s, want %s", st.TrustedFrom, trusted)
+	}
+	p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
+	if r := p.young(Entry{ModTime: now.Add(-age), ChangeTime: now.Add(-age)}); r != want {
+		t.Errorf("file of age %s: %q, want %q", age, r, want)
+	}
+}
+
 // TestClockGuardSteps drives the guard with a fake clock through steps of
 // every size and direction, and asks the planner about a file whose age by
 // the wall clock is age at the end: only forward steps within the last
@@ -218,23 +240,8 @@ func TestClockGuardSteps(t *testing.T) {
 					t.Errorf("step %d: %+v, want size %s", i, s, wantSteps[i])
 				}
 			}
-			st := g.State(minAge)
 			up, _ := c.awake()
-			if st.Uptime != up || st.Forward != tc.wantForward {
-				t.Errorf("state %+v, want uptime %s, forward %s", st, up, tc.wantForward)
-			}
-			var wantTrusted time.Time
-			if tc.wantTrusted != 0 {
-				wantTrusted = c.wall().Add(tc.wantTrusted)
-			}
-			if !st.TrustedFrom.Equal(wantTrusted) {
-				t.Errorf("trusted from %s, want %s", st.TrustedFrom, wantTrusted)
-			}
-			now := c.wall()
-			p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
-			if r := p.young(Entry{ModTime: now.Add(-tc.age), ChangeTime: now.Add(-tc.age)}); r != tc.want {
-				t.Errorf("file of age %s: %q, want %q", tc.age, r, tc.want)
-			}
+			checkClockState(t, c, g.State(minAge), minAge, up, tc.wantForward, tc.wantTrusted, tc.age, tc.want)
 		})
 	}
 }
@@ -422,23 +429,7 @@ func TestClockGuardSuspend(t *testing.T) {
 			if !slices.Equal(got, tc.wantReports) {
 				t.Errorf("reported %v, want %v", got, tc.wantReports)
 			}
-			st := g.State(minAge)
-			wantUptime := cmp.Or(tc.wantUptime, day)
-			if st.Uptime != wantUptime || st.Forward != tc.wantForward {
-				t.Errorf("state %+v, want uptime %s, forward %s", st, wantUptime, tc.wantForward)
-			}
-			var wantTrusted time.Time
-			if tc.wantTrusted != 0 {
-				wantTrusted = c.wall().Add(tc.wantTrusted)
-			}
-			if !st.TrustedFrom.Equal(wantTrusted) {
-				t.Errorf("trusted from %s, want %s", st.TrustedFrom, wantTrusted)
-			}
-			now := c.wall()
-			p := Planner{Index: NewPodSet(nil), Now: now, MinAge: minAge, Clock: st}
-			if r := p.young(Entry{ModTime: now.Add(-tc.age), ChangeTime: now.Add(-tc.age)}); r != tc.want {
-				t.Errorf("file of age %s: %q, want %q", tc.age, r, tc.want)
-			}
+			checkClockState(t, c, g.State(minAge), minAge, cmp.Or(tc.wantUptime, day), tc.wantForward, tc.wantTrusted, tc.age, tc.want)
 		})
 	}
 }
