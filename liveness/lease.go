@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -68,7 +69,22 @@ type leaseWitness struct {
 
 func newLeaseWitness(client dynamic.Interface, node string, timeout time.Duration) *leaseWitness {
 	return &leaseWitness{node: node, leases: client.Resource(leasesResource).Namespace(NodeLeaseNamespace),
-		timeout: timeout, now: time.Now, duration: leaseDefaultDuration}
+		timeout: timeout, now: bootClock, duration: leaseDefaultDuration}
+}
+
+// bootClock reads CLOCK_BOOTTIME as a time: a renewal seen before a suspend
+// must not count for a Lease's duration of awake time after it (Go's
+// monotonic clock stops while the node is suspended, and a kubelet gone
+// just before would still seem alive at resume), and no set of the wall
+// clock moves it. Only differences of its readings mean anything.
+func bootClock() time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		// Never on Linux; a reading of zero is a renewal never seen,
+		// which proves nothing.
+		return time.Time{}
+	}
+	return time.Unix(ts.Unix())
 }
 
 // Name implements Witness.

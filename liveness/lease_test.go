@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -412,5 +413,22 @@ func TestLeaseProveAfterReading(t *testing.T) {
 				t.Errorf("Prove answered after %s, want within [%s, %s]", took, tc.atLeast, tc.within)
 			}
 		})
+	}
+}
+
+// TestLeaseClockCountsSuspend: the Lease witness measures its window on
+// CLOCK_BOOTTIME, which a suspend advances and no set of the wall clock
+// moves: on Go's monotonic clock, which stops while the node is suspended,
+// a renewal seen just before a suspend would still count at resume, when
+// the kubelet may be long gone.
+func TestLeaseClockCountsSuspend(t *testing.T) {
+	w := newLeaseWitness(leaseClient(t), leaseTestNode, time.Second)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		t.Fatal(err)
+	}
+	boot := time.Unix(ts.Unix())
+	if d := w.now().Sub(boot); d < 0 || d > time.Second {
+		t.Fatalf("the witness's clock reads %s, CLOCK_BOOTTIME %s: not the boot clock", w.now(), boot)
 	}
 }
