@@ -27,13 +27,27 @@ func ParseSandboxID(s string) (SandboxID, bool) {
 	if len(s) != 64 {
 		return id, false
 	}
-	for i := 0; i < 64; i++ {
-		if !isLowerHex(s[i]) {
-			return id, false
+	// One pass, no allocation: the prune parses a few of these per file.
+	for i := range id {
+		hi, ok1 := lowerHexValue(s[2*i])
+		lo, ok2 := lowerHexValue(s[2*i+1])
+		if !ok1 || !ok2 {
+			return SandboxID{}, false
 		}
+		id[i] = hi<<4 | lo
 	}
-	_, _ = hex.Decode(id[:], []byte(s))
 	return id, true
+}
+
+// lowerHexValue is the value of a lowercase hex digit.
+func lowerHexValue(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // SandboxIDFromResultsName finds the sandbox ID in a results file name,
@@ -55,8 +69,6 @@ func SandboxIDFromResultsName(name string) (SandboxID, bool) {
 	}
 	return SandboxID{}, false
 }
-
-func isLowerHex(c byte) bool { return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') }
 
 // CacheFile is what the prune needs from a libcni result cache file
 // (`{"kind":"cniCacheV1",...}`): the sandbox and the pod it belongs to.
