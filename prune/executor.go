@@ -756,12 +756,14 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		w.current[re.Cache.PodUID] = struct{}{}
 	}
 	if d.Remove {
-		w.name, w.sandbox = name, re.Cache.ContainerID
-		if _, ok := cachefile.ParseSandboxID(w.sandbox); !ok {
-			// Without a containerId, the sandbox the name carries: two
-			// files of one sandbox must not DEL at once either way.
-			if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
-				w.sandbox = id.String()
+		if w.e.opts.Release != nil {
+			w.name, w.sandbox = name, re.Cache.ContainerID
+			if _, ok := cachefile.ParseSandboxID(w.sandbox); !ok {
+				// Without a containerId, the sandbox the name carries: two
+				// files of one sandbox must not DEL at once either way.
+				if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
+					w.sandbox = id.String()
+				}
 			}
 		}
 		d = w.remove(dirfd, name, st, d)
@@ -771,7 +773,8 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		return
 	}
 	if !d.Remove {
-		for _, id := range re.Sandboxes() {
+		ids, n := re.sandboxes()
+		for _, id := range ids[:n] {
 			w.referenced[id] = struct{}{}
 		}
 	} else if w.e.opts.DryRun && w.e.opts.Release != nil {

@@ -12,7 +12,6 @@ package prune
 import (
 	"github.com/sweep-k8s/sweep/cachefile"
 
-	"strings"
 	"time"
 )
 
@@ -265,7 +264,8 @@ func (p Planner) Results(e ResultsEntry) Decision {
 		// after a reboot under the same ID.
 		return keep(ReasonNoIdentity)
 	}
-	ids := e.Sandboxes()
+	all, n := e.sandboxes()
+	ids := all[:n]
 	if p.Sandboxes != nil {
 		// A file whose name and containerId disagree names two sandboxes:
 		// either one known to the runtime keeps it.
@@ -356,12 +356,19 @@ func (p Planner) maybeStatic(e Entry, uid, name string) bool {
 	switch {
 	case uid != "" && !isUUID(uid):
 		return true
-	case p.NodeName == "" || !strings.HasSuffix(name, "-"+p.NodeName):
+	case p.NodeName == "" || !hasNodeSuffix(name, p.NodeName):
 		return false
 	case uid != "" && p.Mirrors != nil && p.Mirrors.SeenMirror(uid):
 		return true
 	}
 	return e.ModTime.After(p.Now.Add(-p.MinAge - StaticNameGrace))
+}
+
+// hasNodeSuffix reports whether name ends in "-" and node, as a static pod's
+// name does, without building the suffix for every file.
+func hasNodeSuffix(name, node string) bool {
+	i := len(name) - len(node) - 1
+	return i >= 0 && name[i] == '-' && name[i+1:] == node
 }
 
 // isUUID reports whether s has the form the API server gives pod UIDs.
@@ -404,16 +411,22 @@ func (p Planner) allEarlierBoot(ids []SandboxID) bool {
 // Sandboxes returns the sandboxes a results file names: the ID in its file
 // name and its containerId. A file that stays names them for phase 2.
 func (e ResultsEntry) Sandboxes() []SandboxID {
-	var ids []SandboxID
+	ids, n := e.sandboxes()
+	return ids[:n:n]
+}
+
+// sandboxes is Sandboxes without an allocation, for the prune's hot path:
+// the first n of ids.
+func (e ResultsEntry) sandboxes() (ids [2]SandboxID, n int) {
 	if id, ok := cachefile.SandboxIDFromResultsName(e.Name); ok {
-		ids = append(ids, id)
+		ids[n], n = id, n+1
 	}
 	if e.ParseReason == "" {
-		if id, ok := cachefile.ParseSandboxID(e.Cache.ContainerID); ok && (len(ids) == 0 || ids[0] != id) {
-			ids = append(ids, id)
+		if id, ok := cachefile.ParseSandboxID(e.Cache.ContainerID); ok && (n == 0 || ids[0] != id) {
+			ids[n], n = id, n+1
 		}
 	}
-	return ids
+	return ids, n
 }
 
 // Scratch decides a scratch file (phase 2) given the set of sandboxes that
