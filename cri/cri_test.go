@@ -141,7 +141,7 @@ func TestPruneWithRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := prune.Run(t.Context(), nil, prune.Options{Dir: dir, MinAge: 15 * time.Minute, Sandboxes: s})
+	sum, err := prune.Run(t.Context(), prune.Views{Sandboxes: s}, prune.Options{Config: prune.Config{Dir: dir, MinAge: 15 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestClockStepped(t *testing.T) {
 				}))
 			var logs bytes.Buffer
 			d := &Daemon{
-				cfg:     Config{Prune: prune.Options{MinAge: minAge}},
+				cfg:     Config{Prune: prune.Config{MinAge: minAge}},
 				log:     slog.New(slog.NewJSONHandler(&logs, nil)),
 				clock:   clock,
 				metrics: newMetrics(t.TempDir(), nil, false, metricsConfig{}),

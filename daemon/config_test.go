@@ -16,7 +16,7 @@ import (
 // TestValidateFields checks that each refusal names its field, which the
 // command maps to a flag.
 func TestValidateFields(t *testing.T) {
-	ok := Config{NodeName: "n", Prune: prune.Options{MinAge: time.Hour}, CRITimeout: time.Second}
+	ok := Config{NodeName: "n", Prune: prune.Config{MinAge: time.Hour}, CRITimeout: time.Second}
 	tests := []struct {
 		name  string
 		mod   func(*Config)
@@ -91,7 +91,7 @@ func TestValidateFields(t *testing.T) {
 func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
 	cfg := Config{
 		Liveness: liveness.ModeCRI, ExpectRuntime: "containerd", Schedule: "@hourly",
-		Prune: prune.Options{Dir: t.TempDir(), MinAge: time.Hour}, CRITimeout: time.Second,
+		Prune: prune.Config{Dir: t.TempDir(), MinAge: time.Hour}, CRITimeout: time.Second,
 		RESTConfig: func() (*rest.Config, error) {
 			t.Error("cri liveness asked for the kubeconfig")
 			return nil, errors.New("no")

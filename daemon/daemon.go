@@ -11,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,8 +34,9 @@ type Config struct {
 	// NodeName is this node; only its pods are watched. Optional with cri
 	// liveness, where it only labels the logs.
 	NodeName string
-	// Prune configures each prune run (directory, minimum age, dry run).
-	Prune prune.Options
+	// Prune configures each prune run (directories, minimum age, dry run,
+	// the CNI DELs' cap and concurrency, host-local's release).
+	Prune prune.Config
 	// Schedule is a cron spec (standard five fields or a descriptor such as
 	// "@every 1h").
 	Schedule string
@@ -86,18 +85,17 @@ type Config struct {
 	CRIEndpoint string
 	CRITimeout  time.Duration
 	// CNIDel, when set, runs CNI DEL for a stale results file's attachment
-	// before it is removed (prune.Options.Release), with plugins from its
+	// before it is removed (prune.Deps.Release), with plugins from its
 	// BinDirs, which must exist.
 	// Prune.MaxReleases caps the DELs of one run, Prune.ReleaseConcurrency
 	// says how many run at once, CNIDelRate paces them.
 	CNIDel *cnidel.Options
 	// CNIDelRate is how many CNI DELs may start per second, over all the
-	// runs of the daemon (0: unpaced), unless Prune.ReleaseRate is set.
+	// runs of the daemon (0: unpaced).
 	CNIDelRate float64
 	// CNIDelYield is how long no CNI DEL starts after a pod is bound to
 	// the node, so that the CNI ADD of its sandbox never waits for one on
-	// an IPAM lock (DefaultCNIDelYield; 0: DELs never wait), unless
-	// Prune.ReleaseGate is set. The daemon learns of new pods from its
+	// an IPAM lock (DefaultCNIDelYield; 0: DELs never wait). The daemon learns of new pods from its
 	// view of the node's pods, so with api or both liveness only.
 	CNIDelYield time.Duration
 	// Uninstall, when set, runs the uninstall cleanup (package uninstall)
@@ -134,9 +132,14 @@ type FieldError = field.Error
 
 func fieldError(name, format string, args ...any) error { return field.Errorf(name, format, args...) }
 
-// networkName is the form of a CNI network's name that libcni accepts
-// (ValidateNetworkName), which host-local names a network's directory by.
-var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+// wrapField names the field of a nested configuration's error by its path
+// in Config: "Prune.MinAge".
+func wrapField(name string, err error) error {
+	if fe := (*field.Error)(nil); errors.As(err, &fe) {
+		return field.Wrap(name+"."+fe.Field, fe.Err)
+	}
+	return field.Wrap(name, err)
+}
 
 // Validate checks the configuration without touching anything. An empty
 // Schedule is not checked (a single prune has none). Errors are
@@ -150,8 +153,8 @@ func (c Config) Validate() error {
 	if c.NodeName == "" && c.Liveness != liveness.ModeCRI {
 		return fieldError("NodeName", "node name is required")
 	}
-	if c.Prune.MinAge < 0 {
-		return fieldError("Prune.MinAge", "must not be negative")
+	if err := c.Prune.Validate(); err != nil {
+		return wrapField("Prune", err)
 	}
 	if c.Prune.MinAge < MinInterval && !c.AllowShortIntervals {
 		return fieldError("Prune.MinAge", "%s is under the floor of %s: a CNI ADD may still be running on files that young "+
@@ -202,64 +205,27 @@ func (c Config) Validate() error {
 				"the runtime lists a sandbox only after its ADD, which may take twice the kubelet's runtimeRequestTimeout "+
 				"(a raised timeout needs 2 x it + 1m)", c.Prune.MinAge, HostLocalMinAge)
 		}
-		for _, dir := range c.Prune.HostLocalDirs {
-			if !filepath.IsAbs(dir) {
-				return fieldError("Prune.HostLocalDirs", "%q is not an absolute path", dir)
-			}
-		}
-		if len(c.Prune.HostLocalNetworks) == 0 {
-			// The runtime lists only the kubelet's sandboxes: in a network
-			// that another CNI user shares, its containers' reservations
-			// would look orphaned. Only the operator knows which networks
-			// are the pods' alone.
-			return fieldError("Prune.HostLocalNetworks", "name the networks whose reservations only Kubernetes' pods hold")
-		}
 	}
-	if c.Prune.RuntimeDir != "" {
-		if !filepath.IsAbs(c.Prune.RuntimeDir) {
-			return fieldError("Prune.RuntimeDir", "%q is not an absolute path", c.Prune.RuntimeDir)
-		}
-		if c.CNIDel != nil && !c.Liveness.Runtime() {
-			// A pod force-deleted from the API server may still run: the
-			// DEL of its runtime cache file would take its primary address
-			// from under it, and the runtime sends that DEL itself when it
-			// stops the sandbox. Only the runtime can say it is gone.
-			return fieldError("Prune.RuntimeDir", "replaying CNI DEL from the runtime's own cache needs sandbox liveness from the container runtime: --liveness=cri or both")
-		}
-	}
-	if len(c.Prune.HostLocalNetworks) > 0 && len(c.Prune.HostLocalDirs) == 0 {
-		return fieldError("Prune.HostLocalNetworks", "has no effect without --release-host-local-dir")
-	}
-	for _, n := range c.Prune.HostLocalNetworks {
-		if !networkName.MatchString(n) {
-			// host-local's directory of a network is named by the network,
-			// which libcni allows only in this form: anything else (a
-			// path, a typo with a slash) can name no network directory.
-			return fieldError("Prune.HostLocalNetworks", "%q is not a CNI network name", n)
-		}
+	if c.Prune.RuntimeDir != "" && c.CNIDel != nil && !c.Liveness.Runtime() {
+		// A pod force-deleted from the API server may still run: the DEL
+		// of its runtime cache file would take its primary address from
+		// under it, and the runtime sends that DEL itself when it stops
+		// the sandbox. Only the runtime can say it is gone.
+		return fieldError("Prune.RuntimeDir", "replaying CNI DEL from the runtime's own cache needs sandbox liveness from the container runtime: --liveness=cri or both")
 	}
 	if c.Uninstall != nil {
 		if !c.Liveness.Pods() {
 			return fieldError("Uninstall", "the uninstall cleanup needs API server access: not with cri liveness")
 		}
 		if err := c.uninstallConfig().Validate(); err != nil {
-			if fe := (*field.Error)(nil); errors.As(err, &fe) {
-				return field.Wrap("Uninstall."+fe.Field, fe.Err)
-			}
-			return field.Wrap("Uninstall", err)
+			return wrapField("Uninstall", err)
 		}
-	}
-	if c.Prune.MaxReleases < 0 {
-		return fieldError("Prune.MaxReleases", "must not be negative")
 	}
 	if c.CNIDelRate < 0 {
 		return fieldError("CNIDelRate", "must not be negative")
 	}
 	if c.CNIDelYield < 0 {
 		return fieldError("CNIDelYield", "must not be negative")
-	}
-	if c.Prune.ReleaseConcurrency < 0 {
-		return fieldError("Prune.ReleaseConcurrency", "must not be negative")
 	}
 	if c.CNIDel != nil {
 		if len(c.CNIDel.BinDirs) == 0 {
@@ -312,6 +278,7 @@ type Daemon struct {
 	boot      *prune.BootState
 	clock     *prune.ClockGuard
 	sources   prune.Sources
+	deps      prune.Deps // the prune's, the same for every run
 	metrics   *metrics
 	synced    atomic.Bool // first sync done
 	proven    atomic.Bool // the last proof of the views succeeded
@@ -347,23 +314,22 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
-	d.cfg.Prune.Logger = d.log
-	d.cfg.Prune.NodeName = cfg.NodeName
-	if err := prepareRelease(&d.cfg, func(o cnidel.Observed) { d.metrics.observeDEL(o) }); err != nil {
+	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log}, func(o cnidel.Observed) { d.metrics.observeDEL(o) })
+	if err != nil {
 		return nil, err
 	}
 	if pods := views.Pods(); pods != nil {
-		if d.cfg.Prune.Release != nil && d.cfg.Prune.ReleaseGate == nil && d.cfg.CNIDelYield > 0 {
+		if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
 			g := newStartGate(d.cfg.CNIDelYield)
 			pods.OnArrival(g.podBound)
-			d.cfg.Prune.ReleaseGate = g
+			d.deps.ReleaseGate = g
 		}
-	} else if d.cfg.Prune.Release != nil && d.cfg.CNIDelYield > 0 {
+	} else if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
 		d.log.Info("CNI DELs do not yield to starting pods: with cri liveness the daemon does not watch the node's pods",
 			"cni_del_yield", d.cfg.CNIDelYield)
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, views.Pods(), views.Runtime() != nil, metricsConfig{
-		dryRun: cfg.Prune.DryRun, cniDel: d.cfg.Prune.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness,
+		dryRun: cfg.Prune.DryRun, cniDel: d.deps.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness,
 		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
 		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
@@ -417,51 +383,58 @@ func (d *Daemon) buildUninstall() error {
 	return nil
 }
 
-// prepareRelease makes the CNI DEL releaser of cfg.CNIDel, and its pace,
-// unless cfg.Prune has them already. The plugin directories are checked
-// here: without them every DEL would fail, and that is better seen at
-// start-up than as a growing error count.
-func prepareRelease(cfg *Config, observe func(cnidel.Observed)) error {
-	if cfg.CNIDel != nil && cfg.Prune.Release == nil {
-		for _, dir := range cfg.CNIDel.BinDirs {
-			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-				return fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
-			}
-		}
-		opts := *cfg.CNIDel
-		if opts.Observe == nil && observe != nil {
-			opts.Observe = observe
-		}
-		rel, err := cnidel.New(opts)
-		if err != nil {
-			return field.Wrap("CNIDel", err)
-		}
-		cfg.Prune.Release = rel
+// releaseDeps returns deps with the CNI DEL releaser of cfg.CNIDel and its
+// pace, when cfg asks for DELs. The plugin directories are checked here:
+// without them every DEL would fail, and that is better seen at start-up
+// than as a growing error count.
+func releaseDeps(cfg Config, deps prune.Deps, observe func(cnidel.Observed)) (prune.Deps, error) {
+	if cfg.CNIDel == nil {
+		return deps, nil
 	}
-	if cfg.Prune.Release != nil && cfg.Prune.ReleaseRate == nil && cfg.CNIDelRate > 0 {
+	for _, dir := range cfg.CNIDel.BinDirs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return deps, fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
+		}
+	}
+	opts := *cfg.CNIDel
+	if opts.Observe == nil && observe != nil {
+		opts.Observe = observe
+	}
+	rel, err := cnidel.New(opts)
+	if err != nil {
+		return deps, field.Wrap("CNIDel", err)
+	}
+	deps.Release = rel
+	if cfg.CNIDelRate > 0 {
 		// A token bucket of one: DELs start evenly spaced, never in a burst
 		// that would queue a new pod's ADD behind several of them at once.
-		cfg.Prune.ReleaseRate = rate.NewLimiter(rate.Limit(cfg.CNIDelRate), 1)
+		deps.ReleaseRate = rate.NewLimiter(rate.Limit(cfg.CNIDelRate), 1)
 	}
-	return nil
+	return deps, nil
 }
 
 // PruneOnce runs one prune cycle with the views of cfg's liveness, the
 // node's pods listed once instead of watched (`sweepd prune`): no schedule,
-// no server, no daemon. The error wraps prune.ErrPodsUnavailable or
+// no server, no daemon. deps give its logger and per-file listing; the CNI
+// DELs are cfg's. The error wraps prune.ErrPodsUnavailable or
 // prune.ErrSandboxesUnavailable when nothing could be deleted for want of
 // a view; the summary is then nil.
-func PruneOnce(ctx context.Context, cfg Config, log *slog.Logger) (*prune.Summary, error) {
+func PruneOnce(ctx context.Context, cfg Config, deps prune.Deps) (*prune.Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.Liveness = cmp.Or(cfg.Liveness, liveness.ModeAPI)
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+		deps.Logger = log
+	}
 	views, err := liveness.New(cfg.livenessConfig(), liveness.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	cfg.Prune.Logger, cfg.Prune.NodeName = log, cfg.NodeName
-	if err := prepareRelease(&cfg, nil); err != nil {
+	deps, err = releaseDeps(cfg, deps, nil)
+	if err != nil {
 		return nil, err
 	}
 	src := views.Sources()
@@ -476,7 +449,7 @@ func PruneOnce(ctx context.Context, cfg Config, log *slog.Logger) (*prune.Summar
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watchClock(ctx, &wg, src.Clock, log, nil)
-	sum, res, err := prune.Cycle(ctx, src, cfg.Prune)
+	sum, res, err := prune.Cycle(ctx, src, prune.Options{Config: cfg.Prune, Deps: deps})
 	if res.BootRecordErr != nil {
 		log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
 			"error", res.BootRecordErr)
@@ -573,7 +546,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	c.Start()
 	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "runtime_cache_dir", d.cfg.Prune.RuntimeDir,
 		"dry_run", d.cfg.Prune.DryRun,
-		"cni_del", d.cfg.Prune.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
+		"cni_del", d.deps.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
 
 	select {
 	case <-ctx.Done():
@@ -728,7 +701,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
-	opts := d.cfg.Prune
+	opts := prune.Options{Config: d.cfg.Prune, Deps: d.deps}
 	if opts.Release != nil {
 		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
 	}

@@ -231,7 +231,7 @@ func (v *Views) buildRuntime() error {
 // Sources returns the views as a prune cycle takes them; Boot and Clock
 // are the caller's.
 func (v *Views) Sources() prune.Sources {
-	var src prune.Sources
+	src := prune.Sources{NodeName: v.cfg.NodeName}
 	if v.podSource != nil {
 		src.Pods = v.podSource
 	}

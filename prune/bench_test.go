@@ -43,7 +43,7 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatalf("%v: %s", err, out)
 		}
 		b.StartTimer()
-		sum, err := prune.Run(b.Context(), idx, prune.Options{Dir: dir, MinAge: time.Minute})
+		sum, err := prune.Run(b.Context(), prune.Views{Pods: idx}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 		if err != nil || sum.Removed[prune.PhaseResults] != 2*(10000-110) {
 			b.Fatalf("%+v %v", sum, err)
 		}
@@ -98,8 +98,7 @@ func BenchmarkReleaseReservations(b *testing.B) {
 			b.Fatalf("%v: %s", err, out)
 		}
 		b.StartTimer()
-		sum, err := prune.Run(b.Context(), nil, prune.Options{Dir: multus, MinAge: time.Minute, Sandboxes: sandboxes,
-			HostLocalDirs: []string{data}, HostLocalNetworks: []string{"net1"}})
+		sum, err := prune.Run(b.Context(), prune.Views{Sandboxes: sandboxes}, prune.Options{Config: prune.Config{Dir: multus, MinAge: time.Minute, HostLocalDirs: []string{data}, HostLocalNetworks: []string{"net1"}}})
 		if err != nil || sum.Reservations.Released != n-live {
 			b.Fatalf("%+v %v", sum.Reservations, err)
 		}

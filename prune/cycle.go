@@ -33,6 +33,8 @@ type Sources struct {
 	Boot *BootState
 	// Clock, when set, guards ages against steps of the wall clock.
 	Clock *ClockGuard
+	// NodeName is the node the views are of (Views.NodeName).
+	NodeName string
 }
 
 // Errors of a cycle that deleted nothing because a view was missing.
@@ -70,8 +72,13 @@ type CycleResult struct {
 // ErrSandboxesUnavailable and the summary is nil.
 func Cycle(ctx context.Context, src Sources, opts Options) (*Summary, CycleResult, error) {
 	res := CycleResult{Sandboxes: -1}
-	var pods PodIndex
-	var viewTime time.Time
+	views := Views{NodeName: src.NodeName}
+	if src.Boot != nil {
+		views.Boot = src.Boot
+	}
+	if src.Clock != nil {
+		views.Clock = src.Clock.State
+	}
 	if src.Pods != nil {
 		t := time.Now()
 		idx, live, err := src.Pods.Pods(ctx)
@@ -79,9 +86,9 @@ func Cycle(ctx context.Context, src Sources, opts Options) (*Summary, CycleResul
 			return nil, res, fmt.Errorf("%w: %w", ErrPodsUnavailable, err)
 		}
 		if !live {
-			viewTime = t
+			views.ViewTime = t
 		}
-		pods = idx
+		views.Pods = idx
 	}
 	if src.Sandboxes != nil {
 		t := time.Now()
@@ -92,19 +99,12 @@ func Cycle(ctx context.Context, src Sources, opts Options) (*Summary, CycleResul
 		if l, ok := s.(interface{ Len() int }); ok {
 			res.Sandboxes = l.Len()
 		}
-		if viewTime.IsZero() {
-			viewTime = t
+		if views.ViewTime.IsZero() {
+			views.ViewTime = t
 		}
-		opts.Sandboxes = s
+		views.Sandboxes = s
 	}
-	opts.ViewTime = viewTime
-	if src.Boot != nil {
-		opts.Boot = src.Boot
-	}
-	if src.Clock != nil {
-		opts.Clock = src.Clock.State
-	}
-	sum, err := Run(ctx, pods, opts)
+	sum, err := Run(ctx, views, opts)
 	if err == nil && src.Boot != nil && !sum.DryRun {
 		// A dry run leaves the record as it is: what it would remove must
 		// stay earlier-boot for the real run.

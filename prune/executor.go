@@ -1,9 +1,6 @@
 package prune
 
 import (
-	"github.com/sweep-k8s/sweep/cachefile"
-
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,146 +30,17 @@ var ErrNoLiveness = errors.New("no liveness view: need pods, sandboxes or both")
 // container, which only the runtime can say is gone.
 var ErrReservationsNeedRuntime = errors.New("releasing host-local reservations needs sandbox liveness from the container runtime")
 
-// DefaultMaxFileSize bounds what is read of a results file. Real ones are one
-// to a few KiB; anything bigger is not a cache file and is kept unread.
-const DefaultMaxFileSize = 256 << 10
-
-// Options configure Run.
-type Options struct {
-	// Dir is the multus cache directory, /var/lib/cni/multus on a node.
-	Dir string
-	// RuntimeDir, when set, is the container runtime's own libcni cache,
-	// /var/lib/cni/results on a node (containerd, CRI-O): the results files
-	// of the pods' primary network, in the same format as multus's results/
-	// and judged by the same rules, with no scratch files. It is pruned
-	// after Dir. Empty: not pruned.
-	RuntimeDir string
-	// MinAge keeps files younger than this: their ADD may still be running.
-	MinAge time.Duration
-	// DryRun decides and reports but removes nothing.
-	DryRun bool
-	// Workers is the number of files handled at once; default GOMAXPROCS.
-	Workers int
-	// MaxFileSize bounds what is read of a results file; default
-	// DefaultMaxFileSize.
-	MaxFileSize int64
-	// Logger receives one debug line per file and warnings; default discard.
-	Logger *slog.Logger
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-	// Release, when set, undoes a results file's network attachment (CNI
-	// DEL, package cnidel) right before the file is removed. A file whose
-	// Release fails is kept (ReasonCNIDelFailed) and counted as an error, so
-	// that the next run tries again; removing it would lose the only record
-	// of what to release. Never called in a dry run.
-	Release Releaser
-	// MaxReleases caps the Release calls of one run (0: no cap), which bounds
-	// a run's duration when plugins are slow. Results files beyond it are
-	// kept (ReasonCNIDelDeferred) for a later run. A dry run counts against
-	// it too, so that it reports what a real run would do.
-	MaxReleases int
-	// ReleaseRate, when set, paces the Release calls: each waits for it
-	// before it starts. The caller keeps one across runs, so that a drain
-	// spread over several runs keeps one pace.
-	ReleaseRate Limiter
-	// ReleaseGate, when set, is waited for right before each Release,
-	// after the rate: no DEL starts while it is closed. The time DELs
-	// waited for it is Summary.CNIDel.HeldSeconds.
-	ReleaseGate Gate
-	// ReleaseConcurrency is how many Release calls run at once; default 1.
-	// Never two run for one sandbox. A run with Release has at least this
-	// many workers, as each waits for its own DEL.
-	ReleaseConcurrency int
-	// ReleaseUntil, when set, is when the run stops starting Release calls:
-	// the results files that still need one are kept (ReasonCNIDelDeferred)
-	// for a later run, and the run finishes its scan. The daemon sets it
-	// before its next scheduled run, so that a paced drain spreads over runs
-	// that never overlap and each run's summary counts what is left.
-	ReleaseUntil time.Time
-	// Sandboxes, when set, is the container runtime's view of the node's
-	// sandboxes: sandbox liveness, alone (Run's pod index nil) or with the
-	// pod index (both must agree before a removal).
-	Sandboxes SandboxIndex
-	// Boot, when set, makes the files of sandboxes recorded under an
-	// earlier boot stale (reboot-aware staleness).
-	Boot BootRecord
-	// NodeName is this node, to recognise static pods by name.
-	NodeName string
-	// Clock, when set, says how far ages by the wall clock can be trusted
-	// for a minimum age of window (ClockGuard.State); Run asks it for
-	// MinAge. nil: always trusted (tests, library use).
-	Clock func(window time.Duration) ClockState
-	// ViewTime, when set, is when the oldest liveness view was taken; files
-	// changed after it are kept for a later run (Planner.ViewTime).
-	ViewTime time.Time
-	// OnFile, when set, receives each file's outcome as the run decides it
-	// (files that vanish meanwhile excepted): the per-file listing of
-	// `sweepd prune`. The workers call it one at a time, in no particular
-	// order, so it need not be safe for concurrent use; it should be quick,
-	// as the workers wait for it. Nil keeps the run's memory independent of
-	// the number of files.
-	OnFile func(File)
-	// ProgressInterval is how often a run with Release logs the CNI DELs
-	// so far, so that a long run is seen to progress; default 30s.
-	ProgressInterval time.Duration
-	// clockSkew, in tests, replaces the measurement of the wall clock
-	// against the monotonic clock since the run began (clockStepped).
-	clockSkew func() time.Duration
-	// HostLocalDirs are host-local data directories (its dataDir,
-	// /var/lib/cni/networks by default) whose orphaned reservations a run
-	// that completed releases (ReasonOrphanedReservation): those of
-	// sandboxes the runtime does not know that no cache file left names,
-	// in the networks of HostLocalNetworks. Needs Sandboxes and
-	// HostLocalNetworks.
-	HostLocalDirs []string
-	// HostLocalNetworks are the networks (host-local's subdirectories of a
-	// data directory, named by the network) whose reservations may be
-	// released: networks of Kubernetes' pods alone. The runtime lists only
-	// the kubelet's sandboxes, so a container of another CNI user in a
-	// network (nerdctl, podman with CNI) would look orphaned; the entries
-	// of any other network are kept (ReasonNetworkNotAllowed) unopened.
-	// There is no default: which networks are the pods' alone only the
-	// node's operator knows.
-	HostLocalNetworks []string
-	// HostLocalLockWait bounds the wait for host-local's lock of a network
-	// before a release; default DefaultLockWait.
-	HostLocalLockWait time.Duration
-}
-
-// DefaultProgressInterval is the default of Options.ProgressInterval.
-const DefaultProgressInterval = 30 * time.Second
-
-// Releaser undoes what the CNI ADD behind a results file set up.
-type Releaser interface {
-	// Release runs CNI DEL for the attachment that data, the content of the
-	// results file name, describes. It must not touch the file itself; nil
-	// means every plugin succeeded.
-	Release(ctx context.Context, name string, data []byte) error
-}
-
-// Run prunes the cache under opts.Dir against idx (nil for sandbox liveness
-// alone) and opts.Sandboxes. It refuses to start unless every view is synced,
-// and stops at the first removal it would make after one stops being synced
-// (ErrNotSynced) or ctx is cancelled. The summary is valid whatever the
-// error.
-func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
-	if opts.Workers <= 0 {
-		opts.Workers = runtime.GOMAXPROCS(0)
-	}
-	if opts.MaxFileSize <= 0 {
-		opts.MaxFileSize = DefaultMaxFileSize
-	}
+// Run prunes the caches of opts against views. It refuses to start unless
+// every view is synced, and stops at the first removal it would make after
+// one stops being synced (ErrNotSynced) or ctx is cancelled. The summary is
+// valid whatever the error.
+func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
+	opts.Config = opts.withDefaults(runtime.GOMAXPROCS(0))
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.ProgressInterval <= 0 {
-		opts.ProgressInterval = DefaultProgressInterval
-	}
-	if opts.ReleaseConcurrency <= 0 {
-		opts.ReleaseConcurrency = 1
 	}
 	paceCtx := ctx
 	if opts.Release != nil && !opts.DryRun {
@@ -183,24 +51,21 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 			defer cancel()
 		}
 	}
-	if opts.HostLocalLockWait <= 0 {
-		opts.HostLocalLockWait = DefaultLockWait
-	}
 	// start first: clockStepped measures from it, so a set between it and
 	// now, which now would not show, stops the run's removals.
 	start := time.Now()
 	now := opts.Now()
 	clock := ClockState{Uptime: math.MaxInt64}
-	if opts.Clock != nil {
+	if views.Clock != nil {
 		// Asked after now is read: a step before it has then been either
 		// seen or not yet reported, and State measures both.
-		clock = opts.Clock(opts.MinAge)
+		clock = views.Clock(opts.MinAge)
 	}
 	e := &executor{
-		opts: opts,
-		idx:  idx,
-		planner: Planner{Index: idx, Mirrors: mirrorHistory(idx), Sandboxes: opts.Sandboxes, Boot: opts.Boot, NodeName: opts.NodeName,
-			Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: opts.ViewTime},
+		opts:  opts,
+		views: views,
+		planner: Planner{Index: views.Pods, Mirrors: mirrorHistory(views.Pods), Sandboxes: views.Sandboxes, Boot: views.Boot,
+			NodeName: views.NodeName, Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: views.ViewTime},
 		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
 		paceCtx: paceCtx,
 		started: start,
@@ -211,16 +76,10 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
 	sum.AgesTrustedFrom = clock.TrustedFrom
-	if idx == nil && opts.Sandboxes == nil {
-		return sum, ErrNoLiveness
+	if err := validateViews(views, opts); err != nil {
+		return sum, err
 	}
 	if len(opts.HostLocalDirs) > 0 {
-		if opts.Sandboxes == nil {
-			return sum, ErrReservationsNeedRuntime
-		}
-		if len(opts.HostLocalNetworks) == 0 {
-			return sum, ErrReservationsNeedNetworks
-		}
 		sum.Reservations = &ReservationCounts{Dirs: opts.HostLocalDirs, Networks: opts.HostLocalNetworks, Kept: map[Reason]int{}}
 	}
 	var err error
@@ -249,35 +108,6 @@ func Run(ctx context.Context, idx PodIndex, opts Options) (*Summary, error) {
 	return sum, err
 }
 
-// logProgress logs the CNI DELs of the run every ProgressInterval until the
-// returned function is called: one DEL can take a plugin's timeout, and a
-// run of a thousand is otherwise silent until its end.
-func (e *executor) logProgress(ctx context.Context, start time.Time) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(e.opts.ProgressInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				ok, failed := e.delsSucceeded.Load(), e.delsFailed.Load()
-				e.opts.Logger.Info("cni del in progress", "elapsed_seconds", time.Since(start).Seconds(),
-					slog.Group("cni_del", "attempted", e.delsAttempted.Load(), "succeeded", ok, "failed", failed,
-						"held_seconds", e.gateHeld.held().Seconds()))
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
 // mirrorHistory returns idx's memory of mirror pods, if it keeps one.
 func mirrorHistory(idx PodIndex) MirrorHistory {
 	h, _ := idx.(MirrorHistory)
@@ -286,7 +116,7 @@ func mirrorHistory(idx PodIndex) MirrorHistory {
 
 type executor struct {
 	opts    Options
-	idx     PodIndex
+	views   Views
 	planner Planner
 	debug   bool
 	// caches are the directories the run prunes, in order.
@@ -305,7 +135,7 @@ type executor struct {
 	// The CNI DELs so far, for the progress log; each worker also counts
 	// its own for the summary.
 	delsAttempted, delsSucceeded, delsFailed atomic.Int64
-	// onFile serializes the calls of Options.OnFile.
+	// onFile serializes the calls of Deps.OnFile.
 	onFile sync.Mutex
 	// started is when the run began, with the monotonic reading that
 	// clockStepped measures the wall clock against; skew replaces that
@@ -316,11 +146,11 @@ type executor struct {
 	// paceCtx ends at Options.ReleaseUntil: no Release starts after it.
 	paceCtx context.Context
 	// slots holds one token per Release in progress
-	// (Options.ReleaseConcurrency).
+	// (Config.ReleaseConcurrency).
 	slots chan struct{}
 	// sandboxes keeps two Release calls of one sandbox from overlapping.
 	sandboxes sandboxLocks
-	// gateHeld is the time Release calls waited at Options.ReleaseGate.
+	// gateHeld is the time Release calls waited at Deps.ReleaseGate.
 	gateHeld heldTime
 	// named holds the sandboxes that the cache files the run left (or in
 	// a dry run would leave) name, in every cache: the results files' of
@@ -357,83 +187,14 @@ func (e *executor) warnFile(msg string, args ...any) {
 	}
 }
 
-// reserveRelease takes one of the run's Release calls; false once the cap is
-// reached. A refusal takes nothing, so that a call given back later (pace's
-// done) can be taken again.
-func (e *executor) reserveRelease() bool {
-	n := e.releases.Add(1)
-	if e.opts.MaxReleases > 0 && n > int64(e.opts.MaxReleases) {
-		e.releases.Add(-1)
-		return false
-	}
-	return true
-}
-
-// pace waits until the results file being handled may have its Release:
-// one of the run's Release calls (MaxReleases), its sandbox free, a
-// concurrency slot and the rate's and the gate's permission. false when it
-// may not in this run (the cap is reached, Options.ReleaseUntil passed or
-// the run ended): the file is then deferred. done gives back what pace took,
-// the Release call too unless ran says that it was made.
-func (w *worker) pace() (done func(ran bool), ok bool) {
-	e := w.e
-	// Taken first, so that no worker waits for a DEL that would not run,
-	// and workers that wait at once never pass the cap together.
-	if !e.reserveRelease() {
-		return nil, false
-	}
-	unreserve := func() { e.releases.Add(-1) }
-	ctx := e.paceCtx
-	if ctx.Err() != nil {
-		unreserve()
-		return nil, false
-	}
-	id := cmp.Or(w.sandbox, w.name)
-	if err := e.sandboxes.lock(ctx, id); err != nil {
-		unreserve()
-		return nil, false
-	}
-	select {
-	case e.slots <- struct{}{}:
-	case <-ctx.Done():
-		e.sandboxes.unlock(id)
-		unreserve()
-		return nil, false
-	}
-	done = func(ran bool) {
-		<-e.slots
-		e.sandboxes.unlock(id)
-		if !ran {
-			unreserve()
-		}
-	}
-	// Waited for holding the slot: the rate then counts DELs as they start,
-	// not workers queueing for a slot.
-	if e.opts.ReleaseRate != nil {
-		if err := e.opts.ReleaseRate.Wait(ctx); err != nil {
-			done(false)
-			return nil, false
-		}
-	}
-	// Last of all: a pod that started while this DEL waited for its turn
-	// comes first.
-	if e.opts.ReleaseGate != nil {
-		if err := e.gateHeld.wait(ctx, e.opts.ReleaseGate); err != nil {
-			done(false)
-			return nil, false
-		}
-	}
-	return done, true
-}
-
 // synced reports whether every liveness view in use is synced, and still
 // comparable with the files' times: the wall clock has not been set since
 // the run began.
 func (e *executor) synced() bool {
-	if e.idx != nil && !e.idx.Synced() {
+	if e.views.Pods != nil && !e.views.Pods.Synced() {
 		return false
 	}
-	if e.opts.Sandboxes != nil && !e.opts.Sandboxes.Synced() {
+	if e.views.Sandboxes != nil && !e.views.Sandboxes.Synced() {
 		return false
 	}
 	return !e.clockStepped()
@@ -499,19 +260,6 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 	}
 	maps.Copy(e.named, e.dryNamed)
 	return nil
-}
-
-// dryRunNamed records the sandboxes of a results file that a dry run with
-// DEL replay would release and remove (named); the workers call it at once.
-func (e *executor) dryRunNamed(ids []SandboxID) {
-	e.dryMu.Lock()
-	defer e.dryMu.Unlock()
-	if e.dryNamed == nil {
-		e.dryNamed = map[SandboxID]struct{}{}
-	}
-	for _, id := range ids {
-		e.dryNamed[id] = struct{}{}
-	}
 }
 
 // runCache prunes one cache directory and returns the sandboxes its results
@@ -680,422 +428,4 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 		return ctx.Err()
 	}
 	return readErr
-}
-
-// worker handles files one at a time with its own read buffer and counts, so
-// workers share nothing but the stop flag.
-type worker struct {
-	e     *executor
-	ctx   context.Context
-	cache cache
-	phase Phase
-	// planner is the executor's, with the rules of the worker's cache.
-	planner Planner
-	buf     []byte
-	// raw is the content of the results file being handled, a slice of buf.
-	raw []byte
-	// name and sandbox are the results file being handled and its
-	// sandbox, for the Release's pacing.
-	name, sandbox string
-	counts        counts
-	referenced    map[SandboxID]struct{}
-	// pending are results files that wait for a witness (Planner.Witnessed);
-	// current holds the UIDs of live pods that have a results file of a
-	// sandbox not from an earlier boot: that witness.
-	pending []string
-	current map[string]struct{}
-	// scratchKept holds the sandboxes of the scratch files kept (phase 2).
-	scratchKept map[SandboxID]struct{}
-}
-
-func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker {
-	w := &worker{e: e, ctx: ctx, cache: c, phase: phase, planner: e.planner, counts: newCounts()}
-	w.planner.RequirePodUID = c.requirePodUID
-	if phase == PhaseResults {
-		w.buf = make([]byte, e.opts.MaxFileSize)
-		w.referenced = map[SandboxID]struct{}{}
-		w.current = map[string]struct{}{}
-	} else {
-		w.scratchKept = map[SandboxID]struct{}{}
-	}
-	return w
-}
-
-// results handles one results file. newer is nil during the scan; in the
-// witness pass after it, it holds the UIDs of pods with a sandbox of the
-// current boot, and name is a file the scan left pending.
-func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[string]struct{}) {
-	if newer == nil {
-		w.counts.scanned[PhaseResults]++
-	}
-	w.raw = nil
-	re := ResultsEntry{Entry: Entry{Name: name}}
-	var d Decision
-	st, err := w.read(dirfd, name, typ, &re)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		w.counts.vanished[PhaseResults]++ // removed by someone else meanwhile
-		return
-	case errors.Is(err, errNotRegular):
-		d = keep(ReasonNotRegular)
-	case err != nil:
-		w.e.warnFile("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
-		d = keep(ReasonError)
-		w.counts.errors++
-	default:
-		d = w.planner.Results(re)
-	}
-	switch {
-	case d.NeedsWitness && newer == nil:
-		w.pending = append(w.pending, name)
-		return
-	case d.NeedsWitness:
-		_, ok := newer[re.Cache.PodUID]
-		d = w.planner.Witnessed(re.Entry, ok)
-	case d.Reason == ReasonPodLive && re.Cache.PodUID != "":
-		w.current[re.Cache.PodUID] = struct{}{}
-	}
-	if d.Remove {
-		if w.e.opts.Release != nil {
-			w.name, w.sandbox = name, re.Cache.ContainerID
-			if _, ok := cachefile.ParseSandboxID(w.sandbox); !ok {
-				// Without a containerId, the sandbox the name carries: two
-				// files of one sandbox must not DEL at once either way.
-				if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
-					w.sandbox = id.String()
-				}
-			}
-		}
-		d = w.remove(dirfd, name, st, d)
-	}
-	if d.Reason == reasonVanished {
-		w.counts.vanished[PhaseResults]++
-		return
-	}
-	if !d.Remove {
-		ids, n := re.sandboxes()
-		for _, id := range ids[:n] {
-			w.referenced[id] = struct{}{}
-		}
-	} else if w.e.opts.DryRun && w.e.opts.Release != nil {
-		// A real run's DEL of this file releases the sandbox's
-		// reservations itself, or fails and keeps the file: either way the
-		// reservations' phase of a dry run must not count them as its own.
-		w.e.dryRunNamed(re.Sandboxes())
-	}
-	if err == nil {
-		w.left(st, d)
-	}
-	f := w.file(PhaseResults, name)
-	f.ModTime = re.ModTime
-	if err == nil && re.ParseReason == "" {
-		f.Pod = PodRef{Namespace: re.Cache.PodNamespace, Name: re.Cache.PodName, UID: re.Cache.PodUID}
-		f.Sandbox = re.Cache.ContainerID
-	}
-	w.record(f, d)
-}
-
-// reasonVanished marks a file that someone else removed between the plan and
-// the removal: neither removed by the prune nor kept. Never counted by reason.
-const reasonVanished Reason = "vanished"
-
-var errNotRegular = errors.New("not a regular file")
-
-// read opens name without following a symlink or blocking on a FIFO, checks
-// that it is a regular file and parses it into re.
-func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	if !typ.IsRegular() {
-		return st, errNotRegular
-	}
-	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	// O_NOATIME spares an inode write per file; it needs ownership or
-	// CAP_FOWNER, so fall back without it.
-	fd, err := unix.Openat(dirfd, name, flags|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) {
-		fd, err = unix.Openat(dirfd, name, flags, 0)
-	}
-	if errors.Is(err, unix.ELOOP) {
-		return st, errNotRegular // replaced by a symlink since readdir
-	}
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
-		return st, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return st, errNotRegular
-	}
-	re.ModTime = time.Unix(st.Mtim.Unix())
-	re.ChangeTime = time.Unix(st.Ctim.Unix())
-	if st.Size > w.e.opts.MaxFileSize {
-		re.ParseReason = ReasonTooLarge
-		return st, nil
-	}
-	// Read what fstat saw, no more: a file that grows meanwhile has a newer
-	// mtime, which the re-check before removal catches; one that shrinks
-	// reads short and fails to parse, so it is kept.
-	n, err := readFull(fd, w.buf[:st.Size])
-	if err != nil {
-		return st, err
-	}
-	w.raw = w.buf[:n]
-	cf, err := cachefile.ParseCacheFile(w.raw)
-	switch {
-	case errors.Is(err, cachefile.ErrNotCache):
-		re.ParseReason = ReasonNotCache
-	case errors.Is(err, cachefile.ErrConflict):
-		re.ParseReason = ReasonConflicting
-	case err != nil:
-		re.ParseReason = ReasonUnparseable
-	}
-	re.Cache = cf
-	return st, nil
-}
-
-func readFull(fd int, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return n, nil
-}
-
-func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map[SandboxID]struct{}) {
-	id, ok := cachefile.ParseSandboxID(name)
-	if !ok {
-		if name != "results" {
-			w.counts.scanned[PhaseOther]++
-			w.record(w.file(PhaseOther, name), keep(ReasonOtherName))
-		}
-		return
-	}
-	w.counts.scanned[PhaseScratch]++
-	// The name is the sandbox's ID: reporting it costs nothing.
-	f := w.file(PhaseScratch, name)
-	f.Sandbox = name
-	if !typ.IsRegular() {
-		w.record(f, keep(ReasonNotRegular))
-		return
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			w.counts.vanished[PhaseScratch]++
-			return
-		}
-		w.e.warnFile("cannot stat scratch file", "phase", PhaseScratch, "file", name, "error", err)
-		w.counts.errors++
-		w.record(f, keep(ReasonError))
-		return
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		w.record(f, keep(ReasonNotRegular))
-		return
-	}
-	e := Entry{Name: name, ModTime: time.Unix(st.Mtim.Unix()), ChangeTime: time.Unix(st.Ctim.Unix())}
-	f.ModTime = e.ModTime
-	d := w.planner.Scratch(e, id, referenced)
-	if d.Remove {
-		// The lstat just taken is both the plan's and the re-check's.
-		d = w.unlink(dirfd, name, d)
-	}
-	if d.Reason == reasonVanished {
-		w.counts.vanished[PhaseScratch]++
-		return
-	}
-	if !d.Remove {
-		w.scratchKept[id] = struct{}{}
-	}
-	w.left(st, d)
-	w.record(f, d)
-}
-
-// file returns the File of an entry of the worker's cache, for report.
-func (w *worker) file(phase Phase, name string) File {
-	return File{Cache: w.cache.name, CacheDir: w.cache.dir, Phase: phase, Name: name}
-}
-
-// left adds the disk space of a regular file, as the stat the run took
-// anyway saw it, to the cache's bytes on disk when the run leaves the file
-// there: kept, or in a dry run any.
-func (w *worker) left(st unix.Stat_t, d Decision) {
-	if !d.Remove || w.e.opts.DryRun {
-		w.counts.diskBytes += st.Blocks * 512 // st_blocks counts 512-byte units, whatever the block size
-	}
-}
-
-// remove carries out a removal decided on the state st: it re-checks that
-// the liveness views are still synced and that the entry is still the same
-// regular file, no newer than planned, then unlinks it relative to the
-// directory.
-func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Decision {
-	release := w.e.opts.Release != nil && w.phase == PhaseResults
-	if w.e.opts.DryRun {
-		if release {
-			if !w.e.reserveRelease() {
-				return keep(ReasonCNIDelDeferred)
-			}
-			w.counts.cniDel.Attempted++ // would run
-		}
-		return d
-	}
-	// ran says whether the Release was made: a file kept by the re-check
-	// spends none of the run's DELs.
-	ran := false
-	if release {
-		// Before the re-check: the wait for a slot and the rate may be
-		// long, and the re-check must be as late as it can.
-		done, ok := w.pace()
-		if !ok {
-			return keep(ReasonCNIDelDeferred)
-		}
-		defer func() { done(ran) }()
-	}
-	var now unix.Stat_t
-	err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		return keep(reasonVanished)
-	}
-	if err != nil {
-		w.e.warnFile("cannot re-check file", "phase", w.phase, "file", name, "error", err)
-		w.counts.errors++
-		return keep(ReasonError)
-	}
-	if now.Mode&unix.S_IFMT != unix.S_IFREG || now.Ino != st.Ino || now.Dev != st.Dev ||
-		time.Unix(now.Mtim.Unix()).After(time.Unix(st.Mtim.Unix())) {
-		return keep(ReasonChanged)
-	}
-	if release {
-		// The DEL is the destructive step now: it needs the same fresh view
-		// as the unlink, and a run that stops spends none of its budget.
-		if !w.e.synced() {
-			w.e.stop.Store(true)
-			return keep(ReasonViewStale)
-		}
-		ran = true
-		if !w.release(name) {
-			return keep(ReasonCNIDelFailed)
-		}
-	}
-	return w.unlink(dirfd, name, d)
-}
-
-// release runs the Releaser for the file just read; false when it failed.
-func (w *worker) release(name string) bool {
-	w.counts.cniDel.Attempted++
-	w.e.delsAttempted.Add(1)
-	start := time.Now()
-	err := w.e.opts.Release.Release(w.ctx, name, w.raw)
-	if err != nil {
-		w.counts.cniDel.Failed++
-		w.e.delsFailed.Add(1)
-		w.counts.errors++
-		w.e.warnFile("cni del failed; file kept for the next run", "phase", w.phase, "file", name,
-			"duration_seconds", time.Since(start).Seconds(), "error", err)
-		return false
-	}
-	w.counts.cniDel.Succeeded++
-	w.e.delsSucceeded.Add(1)
-	if w.e.debug {
-		w.e.opts.Logger.Debug("cni del", "phase", w.phase, "file", name, "duration_seconds", time.Since(start).Seconds())
-	}
-	return true
-}
-
-// unlink removes name relative to the directory once the views are known to
-// be synced. A file that is gone already was removed by someone else, not by
-// this run (reasonVanished).
-func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
-	if w.e.opts.DryRun {
-		return d
-	}
-	if !w.e.synced() {
-		w.e.stop.Store(true)
-		return keep(ReasonViewStale)
-	}
-	err := unix.Unlinkat(dirfd, name, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return keep(reasonVanished)
-	case err != nil:
-		w.e.warnFile("cannot remove file", "phase", w.phase, "file", name, "error", err)
-		w.counts.errors++
-		return keep(ReasonError)
-	}
-	return d
-}
-
-// record counts the outcome d of the file f and reports it.
-func (w *worker) record(f File, d Decision) {
-	if d.Remove {
-		w.counts.removed[f.Phase]++
-		w.counts.removedBy[d.Reason]++
-	} else {
-		w.counts.kept[d.Reason]++
-	}
-	w.report(f, d)
-}
-
-// report logs the outcome d of the file f and passes it to OnFile. A real
-// run's removals are its record of what went: the first maxRemovalLogs at
-// info level, the rest, and every other outcome, at debug level.
-func (w *worker) report(f File, d Decision) {
-	e := w.e
-	f.Remove, f.Reason, f.DryRun = d.Remove, d.Reason, e.opts.DryRun
-	level := slog.LevelDebug
-	if d.Remove && !e.opts.DryRun && e.removals.Add(1) <= maxRemovalLogs {
-		level = slog.LevelInfo
-	}
-	if level == slog.LevelInfo || e.debug {
-		msg := "kept"
-		switch {
-		case d.Remove && e.opts.DryRun:
-			msg = "would remove"
-		case d.Remove:
-			msg = "removed"
-		}
-		attrs := []slog.Attr{slog.String("cache", string(f.Cache)), slog.String("phase", string(f.Phase)), slog.String("file", f.Name),
-			slog.String("reason", string(d.Reason))}
-		if pod := f.PodName(); pod != "" {
-			attrs = append(attrs, slog.String("pod", pod))
-		}
-		if f.Pod.UID != "" {
-			attrs = append(attrs, slog.String("pod_uid", f.Pod.UID))
-		}
-		e.opts.Logger.LogAttrs(w.ctx, level, msg, attrs...)
-	}
-	if e.opts.OnFile == nil {
-		return
-	}
-	if f.Sandbox == "" && f.Phase == PhaseResults {
-		if id, ok := cachefile.SandboxIDFromResultsName(f.Name); ok {
-			f.Sandbox = id.String()
-		}
-	}
-	e.onFile.Lock()
-	defer e.onFile.Unlock()
-	e.opts.OnFile(f)
-}
-
-// openDir opens a directory relative to dirfd without following a symlink in
-// its last component.
-func openDir(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
 }

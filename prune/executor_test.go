@@ -138,7 +138,7 @@ func (tr *tree) all(t *testing.T) string {
 
 func TestRun(t *testing.T) {
 	tr := newTree(t)
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	// A second run finds nothing more to do.
-	sum, err = prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	sum, err = prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute}})
 	if err != nil || sum.Removed[prune.PhaseResults]+sum.Removed[prune.PhaseScratch] != 0 {
 		t.Fatalf("second run: %+v, %v", sum, err)
 	}
@@ -167,7 +167,7 @@ func TestRun(t *testing.T) {
 func TestRunDryRun(t *testing.T) {
 	tr := newTree(t)
 	before := tr.all(t)
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute, DryRun: true})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute, DryRun: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestRunFailsClosed(t *testing.T) {
 			before := len(tr.remaining(t))
 			idx := &flakyIndex{PodSet: prune.NewPodSet(tr.live)}
 			idx.n.Store(tc.syncedFor)
-			_, err := prune.Run(t.Context(), idx, prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute, Workers: 1})
+			_, err := prune.Run(t.Context(), prune.Views{Pods: idx}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute, Workers: 1}})
 			if !errors.Is(err, prune.ErrNotSynced) {
 				t.Fatalf("err = %v, want ErrNotSynced", err)
 			}
@@ -227,7 +227,7 @@ func TestRunRefusesSymlinkedResults(t *testing.T) {
 	}
 	before, _ := os.ReadDir(elsewhere)
 	beforeTop := tr.all(t)
-	_, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute})
+	_, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute}})
 	if err == nil {
 		t.Fatal("prune followed a symlinked results directory")
 	}
@@ -251,17 +251,15 @@ func TestRunMissingResultsDir(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name string
-		idx  prune.PodIndex
-		opts prune.Options
+		name  string
+		views prune.Views
 	}{
-		{"api", prune.NewPodSet(nil), prune.Options{}},
-		{"cri, runtime knows neither", nil, prune.Options{Sandboxes: newSandboxes()}},
-		{"api, both from an earlier boot", prune.NewPodSet(nil), prune.Options{Boot: newSandboxes(ids...)}},
+		{"api", prune.Views{Pods: prune.NewPodSet(nil)}},
+		{"cri, runtime knows neither", prune.Views{Sandboxes: newSandboxes()}},
+		{"api, both from an earlier boot", prune.Views{Pods: prune.NewPodSet(nil), Boot: newSandboxes(ids...)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.opts.Dir, tc.opts.MinAge = dir, time.Minute
-			sum, err := prune.Run(t.Context(), tc.idx, tc.opts)
+			sum, err := prune.Run(t.Context(), tc.views, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 			if err != nil || sum.Removed[prune.PhaseScratch] != 0 || sum.Kept[prune.ReasonNoResultsDir] != 2 {
 				t.Fatalf("sum %+v, err %v; want both scratch files kept as no-results-dir", sum, err)
 			}
@@ -279,7 +277,7 @@ func TestRunCancelled(t *testing.T) {
 	before := tr.all(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := prune.Run(ctx, prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir}); !errors.Is(err, context.Canceled) {
+	if _, err := prune.Run(ctx, prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir}}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 	if tr.all(t) != before {
@@ -307,7 +305,7 @@ func TestRunRemoveError(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("chattr", "-i", immutable).Run() })
 
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +350,7 @@ func TestRunHostileNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +394,7 @@ func TestRunReadOnlyFilesystem(t *testing.T) {
 	}
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Logger: log})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}, Deps: prune.Deps{Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +443,7 @@ func TestRunInodesExhausted(t *testing.T) {
 	if err := syscall.Statfs(mnt, &st); err != nil || st.Ffree != 0 {
 		t.Fatalf("free inodes %d (%v), want 0", st.Ffree, err)
 	}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}}), prune.Options{Dir: dir, MinAge: time.Minute})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}})}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +492,7 @@ func TestRunOversized(t *testing.T) {
 	}
 	tr := &tree{dir: dir}
 	before := tr.all(t)
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,8 +540,8 @@ func TestRunStopsOnClockSet(t *testing.T) {
 				}
 				return tt.step
 			}
-			opts := prune.WithClockSkew(prune.Options{Dir: dir, MinAge: time.Minute, Workers: 1}, skew)
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), opts)
+			opts := prune.WithClockSkew(prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, Workers: 1}}, skew)
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, opts)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err %v, want %v", err, tt.wantErr)
 			}

@@ -9,7 +9,7 @@ import (
 // neither a results nor a scratch file ("other" in Summary.Scanned).
 const PhaseOther Phase = "other"
 
-// File is what a run decided for one entry of the cache, as Options.OnFile
+// File is what a run decided for one entry of the cache, as Deps.OnFile
 // receives it: enough to say which file went or stayed, whose it was, and
 // why, without the caller reading it again.
 type File struct {
@@ -95,11 +95,11 @@ type CacheName string
 
 // The caches a run prunes.
 const (
-	// CacheMultus is multus's cache (Options.Dir): results/ and the
+	// CacheMultus is multus's cache (Config.Dir): results/ and the
 	// scratch files.
 	CacheMultus CacheName = "multus"
 	// CacheRuntime is the container runtime's own libcni cache
-	// (Options.RuntimeDir): results files of the pods' primary network.
+	// (Config.RuntimeDir): results files of the pods' primary network.
 	CacheRuntime CacheName = "runtime"
 )
 
@@ -120,13 +120,13 @@ type cache struct {
 // multus's comes first: with --cni-del, multus as the runtime's primary
 // network then finds its own cache already pruned when the runtime's file
 // replays its DEL, and releases nothing twice.
-func (o Options) caches() []cache {
-	cs := []cache{{name: CacheMultus, dir: o.Dir}}
-	if o.RuntimeDir != "" {
+func (c Config) caches() []cache {
+	cs := []cache{{name: CacheMultus, dir: c.Dir}}
+	if c.RuntimeDir != "" {
 		// The runtime's libcni cache also holds the files of containers
 		// that are no pod's (nerdctl, podman, buildkit with CNI), which
 		// neither view knows: a file must name its pod's UID.
-		cs = append(cs, cache{name: CacheRuntime, dir: o.RuntimeDir, flat: true, requirePodUID: true})
+		cs = append(cs, cache{name: CacheRuntime, dir: c.RuntimeDir, flat: true, requirePodUID: true})
 	}
 	return cs
 }

@@ -127,18 +127,18 @@ func TestRunLiveness(t *testing.T) {
 				}
 				return out
 			}
-			opts := prune.Options{Dir: lt.dir, MinAge: 15 * time.Minute}
-			var idx prune.PodIndex
+			opts := prune.Options{Config: prune.Config{Dir: lt.dir, MinAge: 15 * time.Minute}}
+			var views prune.Views
 			if tc.pods {
-				idx = lt.pods
+				views.Pods = lt.pods
 			}
 			if tc.runtime != nil {
-				opts.Sandboxes = newSandboxes(ids(tc.runtime)...)
+				views.Sandboxes = newSandboxes(ids(tc.runtime)...)
 			}
 			if tc.earlier != nil {
-				opts.Boot = newSandboxes(ids(tc.earlier)...)
+				views.Boot = newSandboxes(ids(tc.earlier)...)
 			}
-			sum, err := prune.Run(t.Context(), idx, opts)
+			sum, err := prune.Run(t.Context(), views, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestRunLiveness(t *testing.T) {
 func TestRunLivenessFailsClosed(t *testing.T) {
 	t.Run("no view at all", func(t *testing.T) {
 		lt := newLivenessTree(t)
-		if _, err := prune.Run(t.Context(), nil, prune.Options{Dir: lt.dir}); !errors.Is(err, prune.ErrNoLiveness) {
+		if _, err := prune.Run(t.Context(), prune.Views{}, prune.Options{Config: prune.Config{Dir: lt.dir}}); !errors.Is(err, prune.ErrNoLiveness) {
 			t.Fatalf("err %v, want ErrNoLiveness", err)
 		}
 		if got := lt.sandboxesLeft(t); got != "after,before,dead" {
@@ -181,7 +181,7 @@ func TestRunLivenessFailsClosed(t *testing.T) {
 			if pods {
 				idx = lt.pods
 			}
-			sum, err := prune.Run(t.Context(), idx, prune.Options{Dir: lt.dir, Sandboxes: s, Workers: 1})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: idx, Sandboxes: s}, prune.Options{Config: prune.Config{Dir: lt.dir, Workers: 1}})
 			if !errors.Is(err, prune.ErrNotSynced) {
 				t.Fatalf("pods %v, synced for %d: err %v, want ErrNotSynced", pods, syncedFor, err)
 			}
@@ -218,10 +218,10 @@ func TestRunLivenessRelease(t *testing.T) {
 			lt := newLivenessTree(t)
 			names := map[string]string{"before": lt.before, "after": lt.after, "dead": lt.dead}
 			rel := &fakeReleaser{dir: lt.dir, t: t}
-			opts := prune.Options{Dir: lt.dir, MinAge: 15 * time.Minute, Release: rel, Workers: 1}
-			var idx prune.PodIndex
+			opts := prune.Options{Config: prune.Config{Dir: lt.dir, MinAge: 15 * time.Minute, Workers: 1}, Deps: prune.Deps{Release: rel}}
+			var views prune.Views
 			if tc.pods {
-				idx = lt.pods
+				views.Pods = lt.pods
 			}
 			if tc.runtime != nil {
 				var ids []string
@@ -230,16 +230,16 @@ func TestRunLivenessRelease(t *testing.T) {
 				}
 				s := newSandboxes(ids...)
 				s.n.Store(tc.synced)
-				opts.Sandboxes = s
+				views.Sandboxes = s
 			}
 			if tc.earlier != nil {
 				var ids []string
 				for _, n := range tc.earlier {
 					ids = append(ids, names[n])
 				}
-				opts.Boot = newSandboxes(ids...)
+				views.Boot = newSandboxes(ids...)
 			}
-			_, err := prune.Run(t.Context(), idx, opts)
+			_, err := prune.Run(t.Context(), views, opts)
 			if !errors.Is(err, tc.wantError) {
 				t.Fatalf("err %v, want %v", err, tc.wantError)
 			}

@@ -127,10 +127,7 @@ func TestReleasePacing(t *testing.T) {
 				lim = tc.limiter
 			}
 			rel := &countingReleaser{}
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseRate: lim, ReleaseConcurrency: 2,
-				MaxReleases: tc.max, ReleaseUntil: tc.until,
-			})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, ReleaseConcurrency: 2, MaxReleases: tc.max}, Deps: prune.Deps{Release: rel, ReleaseRate: lim}, ReleaseUntil: tc.until})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,9 +180,7 @@ func TestReleaseConcurrency(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			}}
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseConcurrency: conc, Workers: 1,
-			})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, ReleaseConcurrency: conc, Workers: 1}, Deps: prune.Deps{Release: rel}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,9 +255,7 @@ func TestReleaseCancelled(t *testing.T) {
 		<-lim.asked
 		cancel()
 	}()
-	sum, err := prune.Run(ctx, prune.NewPodSet(nil), prune.Options{
-		Dir: dir, MinAge: time.Minute, Release: rel, ReleaseRate: lim, ReleaseConcurrency: 2,
-	})
+	sum, err := prune.Run(ctx, prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, ReleaseConcurrency: 2}, Deps: prune.Deps{Release: rel, ReleaseRate: lim}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("run ended with %v, want context.Canceled", err)
 	}
@@ -305,9 +298,7 @@ func TestReleaseGate(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, ReleaseConcurrency: 2,
-			})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, ReleaseConcurrency: 2}, Deps: prune.Deps{Release: rel, ReleaseGate: g}})
 			done <- result{sum, err}
 		}()
 		// A DEL waits at the gate (the other worker may wait for the same
@@ -342,10 +333,7 @@ func TestReleaseGate(t *testing.T) {
 		dir := staleSandboxes(t, 5)
 		g := &switchGate{open: make(chan struct{})}
 		rel := &countingReleaser{}
-		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-			Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, ReleaseConcurrency: 2,
-			ReleaseUntil: time.Now().Add(100 * time.Millisecond),
-		})
+		sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, ReleaseConcurrency: 2}, Deps: prune.Deps{Release: rel, ReleaseGate: g}, ReleaseUntil: time.Now().Add(100 * time.Millisecond)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,9 +344,7 @@ func TestReleaseGate(t *testing.T) {
 	t.Run("dry run: never asked", func(t *testing.T) {
 		dir := staleSandboxes(t, 2)
 		g := &switchGate{open: make(chan struct{})}
-		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-			Dir: dir, MinAge: time.Minute, Release: &countingReleaser{}, ReleaseGate: g, DryRun: true,
-		})
+		sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, DryRun: true}, Deps: prune.Deps{Release: &countingReleaser{}, ReleaseGate: g}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -433,9 +419,7 @@ func TestReleaseRechecksAfterWait(t *testing.T) {
 			}
 			rel := &countingReleaser{}
 			g := &changingGate{dir: filepath.Join(dir, "results"), change: tc.change, t: t}
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-				Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, Workers: 1,
-			})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, Workers: 1}, Deps: prune.Deps{Release: rel, ReleaseGate: g}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -468,9 +452,7 @@ func TestReleaseCapGivenBack(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{
-		Dir: dir, MinAge: time.Minute, Release: rel, ReleaseGate: g, MaxReleases: 2, Workers: 1,
-	})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, MaxReleases: 2, Workers: 1}, Deps: prune.Deps{Release: rel, ReleaseGate: g}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,9 @@
-// Package prune removes stale multus CNI cache files in two phases.
-//
-// Phase 1 removes results files (`<dir>/results/<net>-<sandbox>-<if>`) whose
-// pod no longer exists on this node; phase 2 removes scratch netconf files
-// (`<dir>/<sandbox>`) that no results file names any more. The planner decides
-// (a pure function of one entry, the liveness views, the clock and the
-// options); the executor only carries decisions out after re-checking the
-// entry. The package imports neither client-go nor gRPC: the views of the
-// pods (API server) and of the sandboxes (container runtime) are interfaces.
 package prune
 
 import (
-	"github.com/sweep-k8s/sweep/cachefile"
-
 	"time"
+
+	"github.com/sweep-k8s/sweep/cachefile"
 )
 
 // PodIndex is the node's view of its pods.
@@ -147,11 +138,11 @@ const (
 	ReasonChanged Reason = "changed"
 	// ReasonError: it could not be read or removed; counted as an error.
 	ReasonError Reason = "error"
-	// ReasonCNIDelFailed: CNI DEL of its attachment failed (Options.Release);
+	// ReasonCNIDelFailed: CNI DEL of its attachment failed (Deps.Release);
 	// counted as an error and tried again next run.
 	ReasonCNIDelFailed Reason = "cni-del-failed"
 	// ReasonCNIDelDeferred: to be removed, but the run reached its cap of CNI
-	// DELs (Options.MaxReleases); a later run removes it.
+	// DELs (Config.MaxReleases); a later run removes it.
 	ReasonCNIDelDeferred Reason = "cni-del-deferred"
 )
 

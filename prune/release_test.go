@@ -87,8 +87,8 @@ func TestRelease(t *testing.T) {
 				}
 			}
 			rel := &fakeReleaser{dir: dir, t: t}
-			sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}}),
-				prune.Options{Dir: dir, MinAge: time.Minute, DryRun: tc.dryRun, Release: rel, MaxReleases: tc.max})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: multuscache.UID("live")}})},
+				prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, DryRun: tc.dryRun, MaxReleases: tc.max}, Deps: prune.Deps{Release: rel}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestRelease(t *testing.T) {
 }
 
 func TestNoReleaserNoCounts(t *testing.T) {
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: t.TempDir()})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestSummaryTextCNIDel(t *testing.T) {
 		{true, "  cni del: would run 3\n"},
 	} {
 		dir := t.TempDir()
-		sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, DryRun: tc.dryRun, Release: &fakeReleaser{dir: dir, t: t}})
+		sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, DryRun: tc.dryRun}, Deps: prune.Deps{Release: &fakeReleaser{dir: dir, t: t}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,8 +27,7 @@ func TestRunOnFile(t *testing.T) {
 		t.Run(fmt.Sprintf("dry run %v", dryRun), func(t *testing.T) {
 			tr := newTree(t)
 			var files []prune.File
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(tr.live), prune.Options{Dir: tr.dir, MinAge: 15 * time.Minute,
-				DryRun: dryRun, Workers: 4, OnFile: func(f prune.File) { files = append(files, f) }})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(tr.live)}, prune.Options{Config: prune.Config{Dir: tr.dir, MinAge: 15 * time.Minute, DryRun: dryRun, Workers: 4}, Deps: prune.Deps{OnFile: func(f prune.File) { files = append(files, f) }}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,8 +112,7 @@ func TestRunLogsRemovals(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
-			if _, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute,
-				DryRun: tc.dryRun, Logger: log}); err != nil {
+			if _, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, DryRun: tc.dryRun}, Deps: prune.Deps{Logger: log}}); err != nil {
 				t.Fatal(err)
 			}
 			removedAt, more := 0, -1
@@ -181,9 +179,7 @@ func TestRunLogsCNIDelProgress(t *testing.T) {
 		}
 	}
 	var out framework.Buffer
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Workers: 1,
-		Release: slowReleaser{50 * time.Millisecond}, ProgressInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, Workers: 1, ProgressInterval: 20 * time.Millisecond}, Deps: prune.Deps{Release: slowReleaser{50 * time.Millisecond}, Logger: slog.New(slog.NewTextHandler(&out, nil))}})
 	if err != nil || sum.CNIDel.Succeeded != 4 {
 		t.Fatalf("%+v, %v", sum.CNIDel, err)
 	}
@@ -219,8 +215,7 @@ func TestRunAgesTrustedFrom(t *testing.T) {
 		{"settled", prune.ClockState{Uptime: time.Hour}, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: 15 * time.Minute, DryRun: true,
-				Clock: func(time.Duration) prune.ClockState { return tc.clock }})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil), Clock: func(time.Duration) prune.ClockState { return tc.clock }}, prune.Options{Config: prune.Config{Dir: dir, MinAge: 15 * time.Minute, DryRun: true}})
 			if err != nil {
 				t.Fatal(err)
 			}

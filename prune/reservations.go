@@ -57,7 +57,7 @@ const (
 	// the wait; a later run decides again.
 	ReasonLockBusy Reason = "lock-busy"
 	// ReasonNetworkNotAllowed: an entry of a network directory whose
-	// network is not in Options.HostLocalNetworks; never opened.
+	// network is not in Config.HostLocalNetworks; never opened.
 	ReasonNetworkNotAllowed Reason = "network-not-allowed"
 )
 
@@ -80,7 +80,7 @@ const (
 // line break and an interface name are under 100 bytes.
 const maxReservationSize = 4 << 10
 
-// DefaultLockWait is the default of Options.HostLocalLockWait.
+// DefaultLockWait is the default of Config.HostLocalLockWait.
 const DefaultLockWait = 10 * time.Second
 
 // lockPoll is how often a busy lock is tried again. host-local holds it for
@@ -170,7 +170,7 @@ type ReservationCounts struct {
 	// Dirs are the host-local data directories looked at.
 	Dirs []string `json:"dirs"`
 	// Networks are the networks whose reservations may be released
-	// (Options.HostLocalNetworks).
+	// (Config.HostLocalNetworks).
 	Networks []string `json:"networks"`
 	// Scanned counts the entries of the network directories looked at,
 	// host-local's lock and last_reserved_ip files excepted.
@@ -261,7 +261,7 @@ func (e *executor) stopped(ctx context.Context) error {
 }
 
 // otherNetwork counts the entries of a network directory whose network is
-// not in Options.HostLocalNetworks as kept, from their names alone: the
+// not in Config.HostLocalNetworks as kept, from their names alone: the
 // network may be another CNI user's (podman names its default "podman",
 // nerdctl "bridge"), whose containers the runtime does not list, so its
 // files are neither opened nor locked. They are counted and listed so that

@@ -87,15 +87,18 @@ func (rt *reservationTree) left(t *testing.T) string {
 	return strings.Join(names, " ")
 }
 
-func (rt *reservationTree) opts(live ...string) prune.Options {
-	return prune.Options{Dir: rt.multus, MinAge: 15 * time.Minute, HostLocalDirs: []string{rt.data}, HostLocalNetworks: []string{"net1"},
-		Sandboxes: newSandboxes(append([]string{rt.live}, live...)...), HostLocalLockWait: 2 * time.Second}
+func (rt *reservationTree) opts(live ...string) runArgs {
+	return runArgs{
+		Options: prune.Options{Config: prune.Config{Dir: rt.multus, MinAge: 15 * time.Minute, HostLocalDirs: []string{rt.data},
+			HostLocalNetworks: []string{"net1"}, HostLocalLockWait: 2 * time.Second}},
+		Views: prune.Views{Pods: rt.pods, Sandboxes: newSandboxes(append([]string{rt.live}, live...)...)},
+	}
 }
 
 func TestRunReleasesReservations(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		setup    func(t *testing.T, rt *reservationTree, o *prune.Options)
+		setup    func(t *testing.T, rt *reservationTree, o *runArgs)
 		criAlone bool // no pod liveness: the runtime decides the cache files too
 		released int
 		left     string
@@ -108,7 +111,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1},
 	}, {
 		name: "dry run removes nothing",
-		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+		setup: func(_ *testing.T, _ *reservationTree, o *runArgs) {
 			o.DryRun = true
 		},
 		released: 1,
@@ -116,7 +119,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1},
 	}, {
 		name: "a scratch file alone names its sandbox",
-		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, _ *runArgs) {
 			// Young, so the prune keeps it (a failed ADD's leftover).
 			writeReservation(t, rt.multus, rt.old, "{}", time.Now())
 		},
@@ -127,7 +130,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		// The runtime's own cache (--runtime-cache-dir) is a cache too: its
 		// file of the old sandbox's pod, live in the API server, stays, and
 		// its DEL replay is the release.
-		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, o *runArgs) {
 			o.RuntimeDir = runtimeCacheOf(t, rt, rt.old)
 		},
 		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
@@ -137,7 +140,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		// Without multus's results/ (multus before v3.7.2) the boot record
 		// gets no list of the sandboxes the results name; the reservations
 		// still must know the runtime's files.
-		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, o *runArgs) {
 			if err := os.RemoveAll(filepath.Join(rt.multus, "results")); err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +151,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 2, prune.ReasonTooYoung: 1},
 	}, {
 		name: "a runtime cache file the prune removes names nothing",
-		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, o *runArgs) {
 			o.RuntimeDir = runtimeCacheOf(t, rt, rt.old)
 		},
 		criAlone: true,
@@ -169,7 +172,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		// DEL would release its reservation, or a failed DEL keep the files:
 		// the dry run's count must not claim that reservation as its own.
 		criAlone: true,
-		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+		setup: func(_ *testing.T, _ *reservationTree, o *runArgs) {
 			o.DryRun, o.Release = true, slowReleaser{}
 		},
 		released: 1,
@@ -177,7 +180,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1},
 	}, {
 		name: "legacy content, the ID alone",
-		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, _ *runArgs) {
 			writeReservation(t, rt.net, "10.1.0.5", rt.old, time.Now().Add(-time.Hour))
 		},
 		released: 1,
@@ -185,7 +188,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		kept:     map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1},
 	}, {
 		name: "a symlink, unknown names and contents are kept",
-		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, _ *runArgs) {
 			hourAgo := time.Now().Add(-time.Hour)
 			target := filepath.Join(t.TempDir(), "target")
 			writeReservation(t, filepath.Dir(target), "target", multuscache.NewSandboxID()+"\r\nnet1", hourAgo)
@@ -217,7 +220,7 @@ func TestRunReleasesReservations(t *testing.T) {
 		// Another CNI user's network in the same data directory (podman's
 		// default): its containers are no sandboxes of the runtime, and
 		// look orphaned. Its files are kept, unread.
-		setup: func(t *testing.T, rt *reservationTree, _ *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, _ *runArgs) {
 			hourAgo := time.Now().Add(-time.Hour)
 			podman := filepath.Join(rt.data, "podman")
 			if err := os.Mkdir(podman, 0o755); err != nil {
@@ -248,28 +251,28 @@ func TestRunReleasesReservations(t *testing.T) {
 		},
 	}, {
 		name: "no network named releases nothing anywhere",
-		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+		setup: func(_ *testing.T, _ *reservationTree, o *runArgs) {
 			o.HostLocalNetworks = []string{"other"}
 		},
 		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
 		kept: map[prune.Reason]int{prune.ReasonNetworkNotAllowed: 4},
 	}, {
 		name: "the clock guard holds old ones back",
-		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+		setup: func(_ *testing.T, _ *reservationTree, o *runArgs) {
 			o.Clock = func(time.Duration) prune.ClockState { return prune.ClockState{Uptime: time.Minute} }
 		},
 		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
 		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonTooYoung: 1, prune.ReasonClockUnsettled: 1},
 	}, {
 		name: "changed after the runtime's list",
-		setup: func(_ *testing.T, _ *reservationTree, o *prune.Options) {
+		setup: func(_ *testing.T, _ *reservationTree, o *runArgs) {
 			o.ViewTime = time.Now().Add(-time.Minute)
 		},
 		left: "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock",
 		kept: map[prune.Reason]int{prune.ReasonSandboxLive: 1, prune.ReasonCacheNamed: 1, prune.ReasonNewerThanView: 2},
 	}, {
 		name: "a missing data directory has nothing to release",
-		setup: func(t *testing.T, rt *reservationTree, o *prune.Options) {
+		setup: func(t *testing.T, rt *reservationTree, o *runArgs) {
 			o.HostLocalDirs = []string{filepath.Join(t.TempDir(), "none"), rt.data}
 		},
 		released: 1,
@@ -288,11 +291,10 @@ func TestRunReleasesReservations(t *testing.T) {
 					files = append(files, f)
 				}
 			}
-			var pods prune.PodIndex = rt.pods
 			if tc.criAlone {
-				pods = nil
+				o.Pods = nil
 			}
-			sum, err := prune.Run(t.Context(), pods, o)
+			sum, err := o.run(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,26 +359,26 @@ func TestRunReservationsFailClosed(t *testing.T) {
 	tests := []struct {
 		name string
 		// mod changes the options and may give the run its context.
-		mod     func(t *testing.T, rt *reservationTree, o *prune.Options) context.Context
+		mod     func(t *testing.T, rt *reservationTree, o *runArgs) context.Context
 		wantErr error // nil: any error
 		check   func(t *testing.T, sum *prune.Summary)
 	}{{
 		name: "no runtime view",
-		mod: func(_ *testing.T, _ *reservationTree, o *prune.Options) context.Context {
+		mod: func(_ *testing.T, _ *reservationTree, o *runArgs) context.Context {
 			o.Sandboxes = nil
 			return nil
 		},
 		wantErr: prune.ErrReservationsNeedRuntime,
 	}, {
 		name: "no network named",
-		mod: func(_ *testing.T, _ *reservationTree, o *prune.Options) context.Context {
+		mod: func(_ *testing.T, _ *reservationTree, o *runArgs) context.Context {
 			o.HostLocalNetworks = nil
 			return nil
 		},
 		wantErr: prune.ErrReservationsNeedNetworks,
 	}, {
 		name: "view not synced",
-		mod: func(_ *testing.T, rt *reservationTree, o *prune.Options) context.Context {
+		mod: func(_ *testing.T, rt *reservationTree, o *runArgs) context.Context {
 			s := newSandboxes(rt.live)
 			s.n.Store(0)
 			o.Sandboxes = s
@@ -385,7 +387,7 @@ func TestRunReservationsFailClosed(t *testing.T) {
 		wantErr: prune.ErrNotSynced,
 	}, {
 		name: "view goes stale before the release",
-		mod: func(_ *testing.T, rt *reservationTree, o *prune.Options) context.Context {
+		mod: func(_ *testing.T, rt *reservationTree, o *runArgs) context.Context {
 			// Synced for the prune's checks (one at its start; it removes
 			// nothing), then stale at the release's.
 			s := newSandboxes(rt.live)
@@ -401,7 +403,7 @@ func TestRunReservationsFailClosed(t *testing.T) {
 		},
 	}, {
 		name: "prune stopped",
-		mod: func(t *testing.T, _ *reservationTree, _ *prune.Options) context.Context {
+		mod: func(t *testing.T, _ *reservationTree, _ *runArgs) context.Context {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
 			return ctx
@@ -415,7 +417,7 @@ func TestRunReservationsFailClosed(t *testing.T) {
 			if ctx == nil {
 				ctx = t.Context()
 			}
-			sum, err := prune.Run(ctx, rt.pods, o)
+			sum, err := o.run(ctx)
 			switch {
 			case tt.wantErr == nil && err == nil:
 				t.Fatal("no error")
@@ -459,7 +461,7 @@ func TestRunReservationWaitsForHostLocal(t *testing.T) {
 		release := holdLock(t, rt.net)
 		done := make(chan *prune.Summary)
 		go func() {
-			sum, err := prune.Run(t.Context(), rt.pods, rt.opts())
+			sum, err := rt.opts().run(t.Context())
 			if err != nil {
 				t.Error(err)
 			}
@@ -494,7 +496,7 @@ func TestRunReservationWaitsForHostLocal(t *testing.T) {
 		release := holdLock(t, rt.net)
 		done := make(chan *prune.Summary)
 		go func() {
-			sum, err := prune.Run(t.Context(), rt.pods, rt.opts())
+			sum, err := rt.opts().run(t.Context())
 			if err != nil {
 				t.Error(err)
 			}
@@ -514,7 +516,7 @@ func TestRunReservationWaitsForHostLocal(t *testing.T) {
 		holdLock(t, rt.net)
 		o := rt.opts()
 		o.HostLocalLockWait = 100 * time.Millisecond
-		sum, err := prune.Run(t.Context(), rt.pods, o)
+		sum, err := o.run(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -529,7 +531,7 @@ func TestRunReservationWaitsForHostLocal(t *testing.T) {
 		rt := newReservationTree(t)
 		release := holdLock(t, rt.net)
 		time.AfterFunc(200*time.Millisecond, release)
-		sum, err := prune.Run(t.Context(), rt.pods, rt.opts())
+		sum, err := rt.opts().run(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -550,7 +552,7 @@ func TestRunReservationLockNotFollowed(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(rt.net, "lock")); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := prune.Run(t.Context(), rt.pods, rt.opts())
+	sum, err := rt.opts().run(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

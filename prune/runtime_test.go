@@ -200,19 +200,19 @@ func TestRunRuntimeCache(t *testing.T) {
 			rt := newRuntimeTree(t)
 			before := rt.left(t)
 			rel := &runtimeReleaser{dir: rt.runtime, t: t}
-			opts := prune.Options{Dir: rt.multus, RuntimeDir: rt.runtime, MinAge: 15 * time.Minute, DryRun: tc.dryRun, Release: rel}
-			var idx prune.PodIndex
+			opts := prune.Options{Config: prune.Config{Dir: rt.multus, RuntimeDir: rt.runtime, MinAge: 15 * time.Minute, DryRun: tc.dryRun}, Deps: prune.Deps{Release: rel}}
+			var views prune.Views
 			if tc.pods {
-				idx = rt.pods
+				views.Pods = rt.pods
 			}
 			if tc.runtime {
-				opts.Sandboxes = newSandboxes(rt.running...)
+				views.Sandboxes = newSandboxes(rt.running...)
 			}
 			if tc.viewTime {
-				opts.ViewTime = time.Now().Add(-time.Minute)
+				views.ViewTime = time.Now().Add(-time.Minute)
 			}
 			if tc.uptime > 0 {
-				opts.Clock = func(time.Duration) prune.ClockState { return prune.ClockState{Uptime: tc.uptime} }
+				views.Clock = func(time.Duration) prune.ClockState { return prune.ClockState{Uptime: tc.uptime} }
 			}
 			var mu sync.Mutex
 			reported := map[string]prune.File{}
@@ -223,7 +223,7 @@ func TestRunRuntimeCache(t *testing.T) {
 					reported[f.Name] = f
 				}
 			}
-			sum, err := prune.Run(t.Context(), idx, opts)
+			sum, err := prune.Run(t.Context(), views, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,7 +319,7 @@ func TestRunRuntimeCacheRefused(t *testing.T) {
 			rt := newRuntimeTree(t)
 			before := rt.left(t)
 			dir := tc.setup(t, rt)
-			sum, err := prune.Run(t.Context(), rt.pods, prune.Options{Dir: rt.multus, RuntimeDir: dir, MinAge: 15 * time.Minute})
+			sum, err := prune.Run(t.Context(), prune.Views{Pods: rt.pods}, prune.Options{Config: prune.Config{Dir: rt.multus, RuntimeDir: dir, MinAge: 15 * time.Minute}})
 			if err == nil {
 				t.Fatal("no error")
 			}

@@ -33,7 +33,7 @@ func TestRunCountsVanished(t *testing.T) {
 	// The DEL runs right before the unlink: the releaser takes the file
 	// away, as a concurrent multus DEL would.
 	rel := releaseFunc(func(name string) error { return os.Remove(filepath.Join(dir, "results", name)) })
-	sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), prune.Options{Dir: dir, MinAge: time.Minute, Release: rel, Workers: 1})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, Workers: 1}, Deps: prune.Deps{Release: rel}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestRunStaleViewCounts(t *testing.T) {
 	})
 	idx := &stalingIndex{}
 	idx.n.Store(1) // the check at the start only
-	sum, err := prune.Run(t.Context(), idx, prune.Options{Dir: dir, MinAge: time.Minute, Release: rel, MaxReleases: 1, Workers: 4})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: idx}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute, MaxReleases: 1, Workers: 4}, Deps: prune.Deps{Release: rel}})
 	if !errors.Is(err, prune.ErrNotSynced) {
 		t.Fatalf("err %v, want ErrNotSynced", err)
 	}
@@ -139,8 +139,8 @@ func TestRunConflictingIdentityNeverReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel := releaseFunc(func(name string) error { t.Errorf("DEL of %s", name); return nil })
-	sum, err := prune.Run(t.Context(), prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: live.UID}}),
-		prune.Options{Dir: dir, MinAge: time.Minute, Release: rel})
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet([]prune.PodRef{{Namespace: "default", Name: "live", UID: live.UID}})},
+		prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}, Deps: prune.Deps{Release: rel}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,12 +157,12 @@ func TestRunAgeGuards(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		opts   prune.Options
+		views  prune.Views
 		reason prune.Reason
 	}{
-		{"clock set 2h forward within min-age", prune.Options{Clock: clock(prune.ClockState{Uptime: 24 * time.Hour, Forward: 2 * time.Hour})}, prune.ReasonClockUnsettled},
-		{"booted 5 minutes ago", prune.Options{Clock: clock(prune.ClockState{Uptime: 5 * time.Minute})}, prune.ReasonClockUnsettled},
-		{"view taken before the files were written", prune.Options{ViewTime: time.Now().Add(-time.Minute)}, prune.ReasonNewerThanView},
+		{"clock set 2h forward within min-age", prune.Views{Clock: clock(prune.ClockState{Uptime: 24 * time.Hour, Forward: 2 * time.Hour})}, prune.ReasonClockUnsettled},
+		{"booted 5 minutes ago", prune.Views{Clock: clock(prune.ClockState{Uptime: 5 * time.Minute})}, prune.ReasonClockUnsettled},
+		{"view taken before the files were written", prune.Views{ViewTime: time.Now().Add(-time.Minute)}, prune.ReasonNewerThanView},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "multus")
@@ -172,8 +172,8 @@ func TestRunAgeGuards(t *testing.T) {
 			if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), pod, multuscache.DefaultAttachments(), time.Now().Add(-time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			tc.opts.Dir, tc.opts.MinAge = dir, 15*time.Minute
-			sum, err := prune.Run(t.Context(), prune.NewPodSet(nil), tc.opts)
+			tc.views.Pods = prune.NewPodSet(nil)
+			sum, err := prune.Run(t.Context(), tc.views, prune.Options{Config: prune.Config{Dir: dir, MinAge: 15 * time.Minute}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -80,7 +80,7 @@ type Summary struct {
 	// CNIDel counts the CNI DELs run before removals; nil unless the run
 	// had a Releaser (--cni-del).
 	CNIDel *CNIDelCounts `json:"cniDel,omitempty"`
-	// AgesTrustedFrom is when the clock guard (Options.Clock) stops holding
+	// AgesTrustedFrom is when the clock guard (Views.Clock) stops holding
 	// files back: until then files old by the wall clock are kept as
 	// clock-unsettled, because the node booted, was suspended or had its
 	// clock set forward within the minimum age. Zero when it held nothing
@@ -91,7 +91,7 @@ type Summary struct {
 	// not in it.
 	Caches []*CacheSummary `json:"caches,omitempty"`
 	// Reservations is what the run did with host-local's reservations; nil
-	// unless it was asked to release them (Options.HostLocalDirs).
+	// unless it was asked to release them (Config.HostLocalDirs).
 	Reservations *ReservationCounts `json:"reservations,omitempty"`
 	Duration     time.Duration      `json:"-"`
 
@@ -129,7 +129,7 @@ type CNIDelCounts struct {
 	Attempted int `json:"attempted"`
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
-	// HeldSeconds is how long the DELs waited for Options.ReleaseGate:
+	// HeldSeconds is how long the DELs waited for Deps.ReleaseGate:
 	// for pods that started on the node meanwhile.
 	HeldSeconds float64 `json:"heldSeconds,omitempty"`
 }

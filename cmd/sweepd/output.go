@@ -59,7 +59,7 @@ func parseOutput(s string, dryRun bool) (string, error) {
 }
 
 // printer writes what `sweepd prune` prints: its file method is the prune's
-// Options.OnFile, and finish writes the rest once the run is over. The
+// Deps.OnFile, and finish writes the rest once the run is over. The
 // tables hold their rows until the end, to align and sort them; JSON and
 // YAML write each file as it comes, in the order the run decides them, so
 // that a listing of a million files needs no memory for them.
@@ -86,7 +86,7 @@ func newPrinter(w io.Writer, format, dir string, dryRun bool, now func() time.Ti
 }
 
 // lists reports whether the format lists files, so that the prune must
-// report each (Options.OnFile).
+// report each (Deps.OnFile).
 func (p *printer) lists() bool { return p.format != outputText }
 
 // file takes one file's outcome. The prune calls it one file at a time.

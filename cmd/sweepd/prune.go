@@ -112,7 +112,6 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 func (p *pruneFlags) config(e *env) daemon.Config {
 	c := p.cfg
 	c.Liveness = liveness.Mode(p.liveness)
-	c.Prune.Logger = e.log
 	c.RESTConfig = p.kube.restConfig
 	if !p.fs.Changed("reboot-aware") {
 		// On by default only where there is somewhere to keep the record.
@@ -175,10 +174,11 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 				return fail(fmt.Errorf("--%s %s: %w", d.flag, d.dir, err))
 			}
 		}
+		deps := prune.Deps{Logger: e.log}
 		if out.lists() {
-			cfg.Prune.OnFile = out.file
+			deps.OnFile = out.file
 		}
-		sum, err := daemon.PruneOnce(ctx, cfg, e.log)
+		sum, err := daemon.PruneOnce(ctx, cfg, deps)
 		if sum == nil {
 			return fail(namedFlag(err, daemonFlags()))
 		}

@@ -151,11 +151,11 @@ func drainGated(ctx context.Context, b *testing.B, binDir, multusDir string, per
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := prune.Options{Dir: multusDir, MinAge: time.Minute, Release: rel, ReleaseConcurrency: concurrency, ReleaseGate: gate}
+	opts := prune.Options{Config: prune.Config{Dir: multusDir, MinAge: time.Minute, ReleaseConcurrency: concurrency}, Deps: prune.Deps{Release: rel, ReleaseGate: gate}}
 	if perSecond > 0 {
 		opts.ReleaseRate = rate.NewLimiter(rate.Limit(perSecond), 1)
 	}
-	return prune.Run(ctx, prune.NewPodSet(nil), opts)
+	return prune.Run(ctx, prune.Views{Pods: prune.NewPodSet(nil)}, opts)
 }
 
 // BenchmarkCNIDelDrain measures what pacing the CNI DELs of a backlog is
