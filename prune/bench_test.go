@@ -5,15 +5,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 )
 
 // BenchmarkRun prunes a 10,000-sandbox cache (30,000 files, 110 live) on
-// tmpfs per iteration; the tree is copied outside the timer.
+// tmpfs per iteration; the tree is copied outside the timer. Its
+// sub-benchmarks measure the same tree deleted by `find -delete`, and by
+// the floor of the prune's rules: only the system calls they need (results
+// files: open without following, fstat, read, close, the re-check's
+// fstatat, unlink; scratch files: fstatat, unlink), on as many goroutines,
+// with no parsing, planning or reporting.
 func BenchmarkRun(b *testing.B) {
 	shm := "/dev/shm"
 	if _, err := os.Stat(shm); err != nil {
@@ -35,20 +44,88 @@ func BenchmarkRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	idx := prune.NewPodSet(refs)
-	for i := 0; b.Loop(); i++ {
-		b.StopTimer()
-		dir := filepath.Join(base, "run")
-		os.RemoveAll(dir)
-		if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
-			b.Fatalf("%v: %s", err, out)
+	each := func(b *testing.B, run func(dir string)) {
+		for b.Loop() {
+			b.StopTimer()
+			dir := filepath.Join(base, "run")
+			os.RemoveAll(dir)
+			if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+			b.StartTimer()
+			run(dir)
 		}
-		b.StartTimer()
-		sum, err := prune.Run(b.Context(), prune.Views{Pods: idx}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
-		if err != nil || sum.Removed[prune.PhaseResults] != 2*(10000-110) {
-			b.Fatalf("%+v %v", sum, err)
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/30000, "ns/file")
+	}
+	b.Run("prune", func(b *testing.B) {
+		each(b, func(dir string) {
+			sum, err := prune.Run(b.Context(), prune.Views{Pods: idx}, prune.Options{Config: prune.Config{Dir: dir, MinAge: time.Minute}})
+			if err != nil || sum.Removed[prune.PhaseResults] != 2*(10000-110) {
+				b.Fatalf("%+v %v", sum, err)
+			}
+		})
+	})
+	b.Run("find-delete", func(b *testing.B) {
+		each(b, func(dir string) {
+			if out, err := exec.Command("find", dir, "-type", "f", "-delete").CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		})
+	})
+	b.Run("syscall-floor", func(b *testing.B) {
+		each(b, func(dir string) {
+			syscallFloor(b, filepath.Join(dir, "results"), true)
+			syscallFloor(b, dir, false)
+		})
+	})
+}
+
+// syscallFloor makes, for every regular file of dir, the system calls the
+// prune's rules need to remove it, on GOMAXPROCS goroutines fed batches of
+// names as the prune's workers are.
+func syscallFloor(b *testing.B, dir string, results bool) {
+	d, err := os.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	fd := int(d.Fd())
+	batches := make(chan []string, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			buf := make([]byte, prune.DefaultMaxFileSize)
+			var st, now unix.Stat_t
+			for batch := range batches {
+				for _, name := range batch {
+					if results {
+						f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+						if err != nil {
+							continue
+						}
+						_ = unix.Fstat(f, &st)
+						_, _ = unix.Read(f, buf[:min(st.Size, int64(len(buf)))])
+						_ = unix.Close(f)
+						_ = unix.Fstatat(fd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
+					} else if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+						continue
+					}
+					_ = unix.Unlinkat(fd, name, 0)
+				}
+			}
+		})
+	}
+	for {
+		names, err := d.Readdirnames(256)
+		if len(names) > 0 {
+			batches <- names
+		}
+		if err != nil {
+			break
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/30000, "ns/file")
+	close(batches)
+	wg.Wait()
 }
 
 // BenchmarkReleaseReservations releases the orphaned reservations of a
