@@ -212,7 +212,7 @@ func recordFile(log *slog.Logger, sum *Summary, path string, o Outcome, reason s
 		lvl = slog.LevelError
 	}
 	log.Log(context.Background(), lvl, "file", "path", path, "outcome", string(o), "reason", reason)
-	sum.add(Record{Phase: PhaseFile, Object: path, Outcome: o, Reason: reason})
+	sum.Add(Record{Phase: PhaseFile, Object: path, Outcome: o, Reason: reason})
 }
 
 func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }

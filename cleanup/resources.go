@@ -240,7 +240,7 @@ func (d *deleter) record(t Target, object string, o Outcome, reason string) {
 		d.mu.Unlock()
 	}
 	d.opts.Log.Log(context.Background(), lvl, "resource", "object", object, "outcome", string(o), "reason", reason, "must_delete", t.Entry.MustDelete)
-	d.sum.add(r)
+	d.sum.Add(r)
 }
 
 func objName(t Target, ref objRef) string {
@@ -732,14 +732,14 @@ func ParseGVR(s string) (schema.GroupVersionResource, error) {
 // retryTransient runs fn again while it fails with an error that a later
 // attempt may not get. Without it, a cleanup that meets an API server
 // restart records failures and leaves objects behind for the Job's next
-// pod to find. The retries of one request span up to transientRetryFor:
+// pod to find. The retries of one request span up to TransientRetryFor:
 // long enough to ride out a restart of the API server on a loaded node
 // (a fixed 20 s was not, on two busy cores), short enough that a cleanup
 // against a server that stays away still ends and reports.
 func retryTransient(ctx context.Context, fn func() error) error {
 	// Not wait.Backoff: its Cap ends the retries (Steps = 0) once the delay
 	// reaches it, about 11 s into them, whatever Steps says.
-	deadline := time.Now().Add(transientRetryFor)
+	deadline := time.Now().Add(TransientRetryFor)
 	delay := 200 * time.Millisecond
 	for {
 		err := fn()
@@ -757,8 +757,10 @@ func retryTransient(ctx context.Context, fn func() error) error {
 	}
 }
 
-// transientRetryFor bounds the retries of one request by retryTransient.
-const transientRetryFor = 2 * time.Minute
+// TransientRetryFor bounds the retries of one request that fails for the
+// connection or an overloaded or restarting API server: long enough to ride
+// out an API server restart on a loaded node.
+const TransientRetryFor = 2 * time.Minute
 
 // transient reports errors of the connection or of an overloaded or
 // restarting server, as opposed to answers about the request.

@@ -58,7 +58,7 @@ type Options struct {
 	// a files-only run (e.g. a DaemonSet) works without credentials.
 	RESTConfig func() (*rest.Config, error)
 	// DiscoveryRetry bounds the retries of API discovery when the API
-	// server does not answer; default transientRetryFor.
+	// server does not answer; default TransientRetryFor.
 	DiscoveryRetry time.Duration
 	Log            *slog.Logger
 }
@@ -71,7 +71,7 @@ type Options struct {
 // deleted (exit 1), and sum.MustFailed() that the workload kept itself.
 //
 // The files need no API server: if discovery fails (API server down), they
-// are removed first and discovery is retried for up to transientRetryFor,
+// are removed first and discovery is retried for up to TransientRetryFor,
 // as spectro-cleanup removes its files before its first request.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	log := logger(opts.Log)
@@ -145,7 +145,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 				return sum, err
 			}
 			files = nil
-			if err := retryFor(ctx, cmp.Or(opts.DiscoveryRetry, transientRetryFor), resolve); err != nil {
+			if err := retryFor(ctx, cmp.Or(opts.DiscoveryRetry, TransientRetryFor), resolve); err != nil {
 				return sum, err
 			}
 		}
@@ -177,7 +177,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	if sum.MustFailed() {
 		// Keep the workload (and its RBAC) so the failure stays visible.
-		sum.add(Record{Phase: PhaseSelf, Object: objectName(self.GVR.GroupResource(), self.Namespace, self.Name),
+		sum.Add(Record{Phase: PhaseSelf, Object: self.ObjectName(),
 			Outcome: Skipped, Reason: "a mustDelete entry failed"})
 		return sum, nil
 	}
@@ -207,21 +207,11 @@ func resolveAll(mapper Mapper, entries []ResourceEntry, self Self) ([]Target, sc
 	if self.Name == "" {
 		return targets, schema.GroupVersionResource{}, nil
 	}
-	// Check the self object's scope now, before anything is deleted.
-	t, err := resolveGVR(mapper, self.GVR)
+	gvr, err := ResolveSelf(mapper, self)
 	if err != nil {
-		return nil, schema.GroupVersionResource{}, fmt.Errorf("self object: %w", err)
-	}
-	if !t.Served {
-		// The workload runs as an object of this type: a type the API
-		// server does not serve is a mistyped --self-gvr, which would
-		// only fail after everything else was deleted.
-		return nil, schema.GroupVersionResource{}, fmt.Errorf("%w: self object: %s", ErrConfig, t.notServed())
-	}
-	if err := checkSelfScope(t, self.Namespace); err != nil {
 		return nil, schema.GroupVersionResource{}, err
 	}
-	return targets, t.GVR, nil
+	return targets, gvr, nil
 }
 
 // retryFor calls fn until it succeeds, fails with ErrConfig, or d passes.

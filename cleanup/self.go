@@ -85,6 +85,32 @@ func (s Self) Keep() []ObjectRef {
 	return keep
 }
 
+// ObjectName names the self object as the summary's records do.
+func (s Self) ObjectName() string {
+	return objectName(s.GVR.GroupResource(), s.Namespace, s.Name)
+}
+
+// ResolveSelf looks the self object's type up through mapper, before
+// anything is deleted: it returns the GVR as discovery spells it (the
+// resource phase's keep list is matched against that) and refuses, with an
+// error wrapping ErrConfig, a type the API server does not serve (the
+// workload runs as an object of it: a mistyped GVR, which would only fail
+// after everything else was deleted) or a Namespace that does not fit its
+// scope. Discovery failures do not wrap ErrConfig.
+func ResolveSelf(mapper Mapper, s Self) (schema.GroupVersionResource, error) {
+	t, err := resolveGVR(mapper, s.GVR)
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("self object: %w", err)
+	}
+	if !t.Served {
+		return schema.GroupVersionResource{}, fmt.Errorf("%w: self object: %s", ErrConfig, t.notServed())
+	}
+	if err := checkSelfScope(t, s.Namespace); err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	return t.GVR, nil
+}
+
 // SelfOptions configures SelfCleanup.
 type SelfOptions struct {
 	Self
@@ -146,7 +172,7 @@ func SelfCleanup(ctx context.Context, c *Clients, opts SelfOptions, sum *Summary
 		return err
 	}
 	r.selfGVR = t.GVR
-	r.selfName = objectName(opts.GVR.GroupResource(), opts.Namespace, opts.Name)
+	r.selfName = opts.ObjectName()
 	if !t.Served {
 		r.fail(r.selfName, "resource type not served by the API server")
 		return nil
@@ -213,13 +239,13 @@ type clusterPlan struct {
 
 func (r *selfRun) record(object string, o Outcome, reason string) {
 	r.log.Info("self-cleanup", "object", object, "outcome", string(o), "reason", reason)
-	r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: o, Reason: reason})
+	r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: o, Reason: reason})
 }
 
 // fail records a failure that fails the run.
 func (r *selfRun) fail(object, reason string) {
 	r.log.Error("self-cleanup", "object", object, "outcome", string(Failed), "reason", reason)
-	r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: reason, MustDelete: true})
+	r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: reason, MustDelete: true})
 }
 
 // collected records an object the garbage collector deletes after owner.
@@ -292,7 +318,7 @@ func (r *selfRun) adoptNamespaced(ctx context.Context, selfRef metav1.OwnerRefer
 			r.record(object, Skipped, "not found")
 		case err != nil:
 			r.log.Error("self-cleanup: cannot set ownerReference", "object", object, "error", err)
-			r.sum.add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
+			r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
 		case added && r.opts.DryRun:
 			r.log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", r.selfName)
 		case added:

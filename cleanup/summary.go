@@ -48,7 +48,9 @@ type Summary struct {
 	records []Record
 }
 
-func (s *Summary) add(r Record) {
+// Add appends r. The deletion functions add their own records; a caller
+// adds one for what it decided not to do (a skipped self-cleanup).
+func (s *Summary) Add(r Record) {
 	s.mu.Lock()
 	s.records = append(s.records, r)
 	s.mu.Unlock()
