@@ -1,9 +1,11 @@
-// Package cleanup is a one-shot uninstall cleanup: it removes node files
-// confined to allowed roots, deletes cluster objects listed in a config, and
-// then removes itself (the Job, Pod or DaemonSet it runs as, and its RBAC).
-// It reads spectro-cleanup's config files and honours its flags, but parses
-// strictly, never follows a path out of its roots, deletes in parallel and
-// waits with watches, and does not leak cluster-scoped RBAC.
+// Package cleanup is the deletion library of sweep's uninstall cleanups:
+// it parses spectro-cleanup's config files strictly, removes node files
+// without following a path out of its allowed roots, deletes cluster
+// objects in parallel and waits for them with watches, and removes the
+// cleanup workload itself with its RBAC in an order that keeps every right
+// it needs to the end and leaks no cluster-scoped RBAC (SelfCleanup). The
+// one-shot `sweepd cleanup` (package cleanup/oneshot) and the daemons'
+// coordinated uninstall (package uninstall) are built on it.
 package cleanup
 
 import (

@@ -15,13 +15,9 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// Defaults of SelfOptions, spectro-cleanup's.
-const (
-	DefaultServiceAccount  = "spectro-cleanup"
-	DefaultRole            = "spectro-cleanup-role"
-	DefaultRoleBinding     = "spectro-cleanup-rolebinding"
-	DefaultFinalizeTimeout = 30 * time.Second
-)
+// DefaultFinalizeTimeout is the wait for FinalizeCleanup when
+// SelfOptions.FinalizeTimeout is not positive, spectro-cleanup's.
+const DefaultFinalizeTimeout = 30 * time.Second
 
 var (
 	serviceAccountGVR     = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/cleanup/oneshot"
 )
 
 // cleanupCommand takes spectro-cleanup's flags (the image runs it as
@@ -25,7 +26,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	}
 	fs := cmd.Flags()
 	kube := addKubeFlags(fs)
-	o := cleanup.Options{}
+	o := oneshot.Options{}
 	var (
 		roots   []string
 		selfGVR string
@@ -33,7 +34,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	)
 	addSelfFlags(fs, &selfGVR, &o.Self, "", "the cleanup workload", " (empty group for core: /v1/pods)", "enables self-cleanup", false)
 	addRBACFlags(fs, &o.Self, cleanup.Self{
-		ServiceAccount: cleanup.DefaultServiceAccount, Role: cleanup.DefaultRole, RoleBinding: cleanup.DefaultRoleBinding,
+		ServiceAccount: oneshot.DefaultServiceAccount, Role: oneshot.DefaultRole, RoleBinding: oneshot.DefaultRoleBinding,
 	}, "the cleanup workload", false)
 	fs.BoolVar(&o.Blocking, "blocking-deletion", true, "wait until each entry's objects are gone before the next entry")
 	// Zero timeouts mean something in spectro-cleanup (check once, do not
@@ -45,7 +46,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	fs.BoolVar(&o.EnableFinalizeServer, "enable-grpc-server", false, "serve FinalizeCleanup (gRPC and Connect), which ends the wait before self-deletion")
 	o.FinalizePort = 8080
 	fs.Var(portValue{p: &o.FinalizePort}, "grpc-port", "port of the FinalizeCleanup server")
-	fs.StringVar(&o.ConfigDir, "config-dir", cleanup.DefaultConfigDir, "directory of file-config.json and resource-config.json")
+	fs.StringVar(&o.ConfigDir, "config-dir", oneshot.DefaultConfigDir, "directory of file-config.json and resource-config.json")
 	fs.StringArrayVar(&roots, "allowed-root", nil, "directory files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
 	fs.BoolVar(&o.Globs, "glob", false, "expand shell patterns (*, ?, [...]) in file-config.json; without it every path is literal, as in spectro-cleanup")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be deleted; delete nothing (server-side dry-run)")
@@ -64,10 +65,10 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 		self := &o.Self
 		switch {
 		case self.ClusterRole != "" && self.ClusterRoleBinding == "":
-			self.ClusterRoleBinding = cleanup.DefaultRoleBinding
+			self.ClusterRoleBinding = oneshot.DefaultRoleBinding
 			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "cluster_role_binding", self.ClusterRoleBinding)
 		case self.ClusterRole == "" && self.ClusterRoleBinding != "":
-			self.ClusterRole = cleanup.DefaultRole
+			self.ClusterRole = oneshot.DefaultRole
 			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "cluster_role", self.ClusterRole)
 		}
 		if debug {
@@ -94,7 +95,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 			return cfg, nil
 		}
 
-		sum, err := cleanup.Run(ctx, o)
+		sum, err := oneshot.Run(ctx, o)
 		if sum != nil {
 			if werr := sum.WriteText(e.stdout); werr != nil {
 				e.log.Error("write summary", "error", werr)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/cleanup/oneshot"
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -379,12 +380,12 @@ func TestCleanupSelfJob(t *testing.T) {
 			var p http.Protocols
 			p.SetUnencryptedHTTP2(true)
 			hc := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}
-			client := connect.NewClient[emptypb.Empty, emptypb.Empty](hc, base+cleanup.FinalizeCleanupProcedure, connect.WithGRPC())
+			client := connect.NewClient[emptypb.Empty, emptypb.Empty](hc, base+oneshot.FinalizeCleanupProcedure, connect.WithGRPC())
 			_, err := client.CallUnary(t.Context(), connect.NewRequest(&emptypb.Empty{}))
 			return err
 		}},
 		{"FinalizeCleanup over Connect", func(t *testing.T, base string) error {
-			resp, err := http.Post(base+cleanup.FinalizeCleanupProcedure, "application/json", strings.NewReader("{}"))
+			resp, err := http.Post(base+oneshot.FinalizeCleanupProcedure, "application/json", strings.NewReader("{}"))
 			if err != nil {
 				return err
 			}

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/cleanup/oneshot"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
@@ -225,8 +226,8 @@ func writeConfig(t *testing.T, files, resources string) string {
 	return dir
 }
 
-func (c *cluster) options(dir string, roots ...string) cleanup.Options {
-	return cleanup.Options{
+func (c *cluster) options(dir string, roots ...string) oneshot.Options {
+	return oneshot.Options{
 		ConfigDir:        dir,
 		AllowedRoots:     roots,
 		Blocking:         true,
@@ -290,7 +291,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		})
 		defer release.Stop()
 		start := time.Now()
-		sum, err := cleanup.Run(t.Context(), c.options(dir))
+		sum, err := oneshot.Run(t.Context(), c.options(dir))
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -340,7 +341,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		]`)
 		o := c.options(dir)
 		o.DeletionTimeout = time.Second
-		sum, err := cleanup.Run(t.Context(), o)
+		sum, err := oneshot.Run(t.Context(), o)
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -443,7 +444,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		o := c.options(dir)
 		o.NoDeletionWait = true
 		o.DeletionTimeout = time.Hour // must not be waited for
-		sum, err := cleanup.Run(t.Context(), o)
+		sum, err := oneshot.Run(t.Context(), o)
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -477,7 +478,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		o := c.options(dir, host)
 		o.RESTConfig = func() (*rest.Config, error) { return &rest.Config{Host: dead}, nil }
 		o.DiscoveryRetry = time.Second
-		sum, err := cleanup.Run(t.Context(), o)
+		sum, err := oneshot.Run(t.Context(), o)
 		logSummary(t, sum)
 		if err == nil || errors.Is(err, cleanup.ErrConfig) {
 			t.Errorf("Run error %v, want a discovery error", err)
@@ -540,7 +541,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 				files = append(files, outside)
 			}
 			dir := writeConfig(t, fmt.Sprintf("[%q%s]", files[0], tail(files)), strings.ReplaceAll(r.resources, "{ns}", ns))
-			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
+			sum, err := oneshot.Run(t.Context(), c.options(dir, host))
 			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
 				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
 			}
@@ -596,7 +597,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sum, err := cleanup.Run(t.Context(), c.options(dir, host))
+			sum, err := oneshot.Run(t.Context(), c.options(dir, host))
 			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
 				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
 			}
@@ -627,7 +628,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			{"group":"example.com","version":"v1","resource":"sprockets","mustDelete":true},
 			{"version":"v1","resource":"configmaps","name":"after","namespace":"ty1","mustDelete":true}
 		]`)
-		sum, err := cleanup.Run(t.Context(), c.options(dir))
+		sum, err := oneshot.Run(t.Context(), c.options(dir))
 		logSummary(t, sum)
 		if err != nil || sum.MustFailed() || sum.Count("", cleanup.Failed) != 0 {
 			t.Fatalf("Run: %v, failed %d", err, sum.Count("", cleanup.Failed))
@@ -664,7 +665,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		dir := writeConfig(t, fmt.Sprintf("[%q]", f), `[{"version":"v1","resource":"configmaps","namespace":"d1","labelSelector":"dry=yes"},{"version":"v1","resource":"configmaps","name":"a","namespace":"d1"}]`)
 		o := c.options(dir, host)
 		o.DryRun = true
-		sum, err := cleanup.Run(t.Context(), o)
+		sum, err := oneshot.Run(t.Context(), o)
 		logSummary(t, sum)
 		if err != nil || sum.MustFailed() {
 			t.Fatalf("Run: %v, must failed %v", err, sum.MustFailed())
@@ -787,7 +788,7 @@ func TestSelfCleanupPod(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := cleanup.Run(ctx, o)
+		sum, err := oneshot.Run(ctx, o)
 		done <- result{sum, err}
 	}()
 	select {
@@ -808,7 +809,7 @@ func TestSelfCleanupPod(t *testing.T) {
 	if n != 1 || len(sa.OwnerReferences) != 2 {
 		t.Errorf("ownerReferences %v: want the anchor and exactly one for the pod", sa.OwnerReferences)
 	}
-	resp, err := http.Post("http://"+l.Addr().String()+cleanup.FinalizeCleanupProcedure, "application/json", strings.NewReader("{}"))
+	resp, err := http.Post("http://"+l.Addr().String()+oneshot.FinalizeCleanupProcedure, "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}

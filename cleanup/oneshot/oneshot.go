@@ -1,4 +1,10 @@
-package cleanup
+// Package oneshot is `sweepd cleanup`, the one-shot uninstall cleanup that
+// stands in for spectro-cleanup: run as a Job, Pod or DaemonSet, it removes
+// the node files and deletes the cluster objects that its config directory
+// lists, then deletes itself and its RBAC, and exits. It keeps
+// spectro-cleanup's config directory, defaults and FinalizeCleanup
+// endpoint; the deleting is package cleanup's.
+package oneshot
 
 import (
 	"cmp"
@@ -13,23 +19,33 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/sweep-k8s/sweep/cleanup"
 )
 
 // DefaultConfigDir is where spectro-cleanup's config files are mounted.
 const DefaultConfigDir = "/tmp/spectro-cleanup"
 
+// spectro-cleanup's names for the workload's RBAC, the defaults of the
+// command's flags.
+const (
+	DefaultServiceAccount = "spectro-cleanup"
+	DefaultRole           = "spectro-cleanup-role"
+	DefaultRoleBinding    = "spectro-cleanup-rolebinding"
+)
+
 // Options configures Run, the whole one-shot cleanup.
 type Options struct {
 	// ConfigDir holds file-config.json and resource-config.json, either of
-	// which may be absent but not both (see LoadConfig); default
+	// which may be absent but not both (see cleanup.LoadConfig); default
 	// DefaultConfigDir.
 	ConfigDir string
-	// AllowedRoots confine file removal; default DefaultAllowedRoot.
+	// AllowedRoots confine file removal; default cleanup.DefaultAllowedRoot.
 	AllowedRoots []string
 	DryRun       bool
 
 	// Blocking, DeletionInterval, DeletionTimeout, NoDeletionWait and
-	// Concurrency are ResourceOptions.
+	// Concurrency are cleanup.ResourceOptions.
 	Blocking         bool
 	DeletionInterval time.Duration
 	DeletionTimeout  time.Duration
@@ -38,9 +54,9 @@ type Options struct {
 
 	// Self is the cleanup workload; self-cleanup runs only when Self.Name
 	// is set.
-	Self Self
+	Self cleanup.Self
 
-	// Globs expands patterns in file paths (FileOptions.Globs).
+	// Globs expands patterns in file paths (cleanup.FileOptions.Globs).
 	Globs bool
 
 	// EnableFinalizeServer serves FinalizeCleanup on FinalizeListener, or
@@ -58,7 +74,7 @@ type Options struct {
 	// a files-only run (e.g. a DaemonSet) works without credentials.
 	RESTConfig func() (*rest.Config, error)
 	// DiscoveryRetry bounds the retries of API discovery when the API
-	// server does not answer; default TransientRetryFor.
+	// server does not answer; default cleanup.TransientRetryFor.
 	DiscoveryRetry time.Duration
 	Log            *slog.Logger
 }
@@ -66,24 +82,25 @@ type Options struct {
 // Run does the whole cleanup: parse and check both configs and the flags
 // (nothing is deleted if anything is wrong), remove the files, delete the
 // resources, then self-cleanup. The summary is returned even with an error.
-// Errors wrapping ErrConfig mean bad flags or config (exit 2); with a nil
-// error, a Failed record in the summary means something asked for was not
-// deleted (exit 1), and sum.MustFailed() that the workload kept itself.
+// Errors wrapping cleanup.ErrConfig mean bad flags or config (exit 2); with
+// a nil error, a Failed record in the summary means something asked for was
+// not deleted (exit 1), and sum.MustFailed() that the workload kept itself.
 //
 // The files need no API server: if discovery fails (API server down), they
-// are removed first and discovery is retried for up to TransientRetryFor,
-// as spectro-cleanup removes its files before its first request.
-func Run(ctx context.Context, opts Options) (*Summary, error) {
+// are removed first and discovery is retried for up to
+// cleanup.TransientRetryFor, as spectro-cleanup removes its files before
+// its first request.
+func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
 	log := logger(opts.Log)
-	sum := &Summary{}
+	sum := &cleanup.Summary{}
 	if opts.ConfigDir == "" {
 		opts.ConfigDir = DefaultConfigDir
 	}
 	if len(opts.AllowedRoots) == 0 {
-		opts.AllowedRoots = []string{DefaultAllowedRoot}
+		opts.AllowedRoots = []string{cleanup.DefaultAllowedRoot}
 	}
 
-	cfg, err := LoadConfig(opts.ConfigDir)
+	cfg, err := cleanup.LoadConfig(opts.ConfigDir)
 	if err != nil {
 		return sum, err
 	}
@@ -94,7 +111,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	for _, u := range cfg.Unknown {
 		log.Warn("not a config file: ignored", "dir", opts.ConfigDir, "file", u)
 	}
-	if err := CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
+	if err := cleanup.CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
 		return sum, err
 	}
 	if err := opts.Self.Validate(); err != nil {
@@ -115,8 +132,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 
 	var (
-		clients      *Clients
-		targets      []Target
+		clients      *cleanup.Clients
+		targets      []cleanup.Target
 		selfResource schema.GroupVersionResource
 		resolveErr   error
 	)
@@ -128,7 +145,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		if err != nil {
 			return sum, err
 		}
-		if clients, err = NewClients(cfg); err != nil {
+		if clients, err = cleanup.NewClients(cfg); err != nil {
 			return sum, err
 		}
 		resolve := func() error {
@@ -136,22 +153,22 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			targets, selfResource, err = resolveAll(clients.Mapper, entries, opts.Self)
 			return err
 		}
-		if resolveErr = resolve(); errors.Is(resolveErr, ErrConfig) {
+		if resolveErr = resolve(); errors.Is(resolveErr, cleanup.ErrConfig) {
 			return sum, resolveErr
 		}
 		if resolveErr != nil {
 			log.Warn("API discovery failed: removing the files first, then trying again", "error", resolveErr)
-			if err := RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
+			if err := cleanup.RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
 				return sum, err
 			}
 			files = nil
-			if err := retryFor(ctx, cmp.Or(opts.DiscoveryRetry, TransientRetryFor), resolve); err != nil {
+			if err := retryFor(ctx, cmp.Or(opts.DiscoveryRetry, cleanup.TransientRetryFor), resolve); err != nil {
 				return sum, err
 			}
 		}
 	}
 
-	if err := RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
+	if err := cleanup.RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
 		return sum, err
 	}
 	self := opts.Self
@@ -159,7 +176,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		// As discovery spells it: the keep list is matched against it.
 		self.GVR = selfResource
 	}
-	if err := DeleteResources(ctx, dynamicOf(clients), targets, ResourceOptions{
+	if err := cleanup.DeleteResources(ctx, dynamicOf(clients), targets, cleanup.ResourceOptions{
 		Keep:        self.Keep(),
 		Blocking:    opts.Blocking,
 		Interval:    opts.DeletionInterval,
@@ -177,11 +194,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	if sum.MustFailed() {
 		// Keep the workload (and its RBAC) so the failure stays visible.
-		sum.Add(Record{Phase: PhaseSelf, Object: self.ObjectName(),
-			Outcome: Skipped, Reason: "a mustDelete entry failed"})
+		sum.Add(cleanup.Record{Phase: cleanup.PhaseSelf, Object: self.ObjectName(),
+			Outcome: cleanup.Skipped, Reason: "a mustDelete entry failed"})
 		return sum, nil
 	}
-	so := SelfOptions{
+	so := cleanup.SelfOptions{
 		Self:            opts.Self,
 		FinalizeTimeout: opts.CleanupTimeout,
 		DryRun:          opts.DryRun,
@@ -194,38 +211,48 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			so.Finalize = finalize.Done()
 		}
 	}
-	return sum, SelfCleanup(ctx, clients, so, sum)
+	return sum, cleanup.SelfCleanup(ctx, clients, so, sum)
 }
 
 // resolveAll resolves the entries and the self object through discovery and
 // checks their scopes; it returns the self object's GVR as discovery has it.
-func resolveAll(mapper Mapper, entries []ResourceEntry, self Self) ([]Target, schema.GroupVersionResource, error) {
-	targets, err := Resolve(mapper, entries)
+func resolveAll(mapper cleanup.Mapper, entries []cleanup.ResourceEntry, self cleanup.Self) ([]cleanup.Target, schema.GroupVersionResource, error) {
+	targets, err := cleanup.Resolve(mapper, entries)
 	if err != nil {
 		return nil, schema.GroupVersionResource{}, err
 	}
 	if self.Name == "" {
 		return targets, schema.GroupVersionResource{}, nil
 	}
-	gvr, err := ResolveSelf(mapper, self)
+	gvr, err := cleanup.ResolveSelf(mapper, self)
 	if err != nil {
 		return nil, schema.GroupVersionResource{}, err
 	}
 	return targets, gvr, nil
 }
 
-// retryFor calls fn until it succeeds, fails with ErrConfig, or d passes.
+// retryFor calls fn until it succeeds, fails with cleanup.ErrConfig, or d
+// passes.
 func retryFor(ctx context.Context, d time.Duration, fn func() error) error {
 	deadline := time.Now().Add(d)
 	for {
 		err := fn()
-		if err == nil || errors.Is(err, ErrConfig) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, cleanup.ErrConfig) || time.Now().After(deadline) {
 			return err
 		}
 		sleep(ctx, 2*time.Second)
 		if ctx.Err() != nil {
 			return err
 		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -249,13 +276,20 @@ func serveFinalize(ctx context.Context, opts Options, srv *FinalizeServer, log *
 	return func() { cancel(); <-served }, nil
 }
 
-func fileOpts(opts Options, log *slog.Logger) FileOptions {
-	return FileOptions{AllowedRoots: opts.AllowedRoots, Globs: opts.Globs, DryRun: opts.DryRun, Log: log}
+func fileOpts(opts Options, log *slog.Logger) cleanup.FileOptions {
+	return cleanup.FileOptions{AllowedRoots: opts.AllowedRoots, Globs: opts.Globs, DryRun: opts.DryRun, Log: log}
 }
 
-func dynamicOf(c *Clients) dynamic.Interface {
+func dynamicOf(c *cleanup.Clients) dynamic.Interface {
 	if c == nil {
 		return nil
 	}
 	return c.Dynamic
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }
