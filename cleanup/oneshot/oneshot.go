@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
+	"github.com/sweep-k8s/sweep/internal/field"
 )
 
 // DefaultConfigDir is where spectro-cleanup's config files are mounted.
@@ -34,7 +35,9 @@ const (
 	DefaultRoleBinding    = "spectro-cleanup-rolebinding"
 )
 
-// Options configures Run, the whole one-shot cleanup.
+// Options is one run of the one-shot cleanup, in kubectl's shape: the
+// command's flags set its fields, Complete derives the rest as
+// spectro-cleanup does, Validate checks them, and Run runs.
 type Options struct {
 	// ConfigDir holds file-config.json and resource-config.json, either of
 	// which may be absent but not both (see cleanup.LoadConfig); default
@@ -42,10 +45,14 @@ type Options struct {
 	ConfigDir string
 	// AllowedRoots confine file removal; default cleanup.DefaultAllowedRoot.
 	AllowedRoots []string
-	DryRun       bool
+	// DryRun reports what would be deleted and deletes nothing
+	// (server-side dry-run for the objects).
+	DryRun bool
 
 	// Blocking, DeletionInterval, DeletionTimeout, NoDeletionWait and
-	// Concurrency are cleanup.ResourceOptions.
+	// Concurrency are cleanup.ResourceOptions. A zero DeletionTimeout
+	// means check once, right after the deletes: Complete sets
+	// NoDeletionWait from it.
 	Blocking         bool
 	DeletionInterval time.Duration
 	DeletionTimeout  time.Duration
@@ -55,6 +62,10 @@ type Options struct {
 	// Self is the cleanup workload; self-cleanup runs only when Self.Name
 	// is set.
 	Self cleanup.Self
+	// SelfGVR is the self object's group/version/resource as the command
+	// line spells it ("/v1/pods" for the core group); Complete parses it
+	// into Self.GVR when Self.Name is set.
+	SelfGVR string
 
 	// Globs expands patterns in file paths (cleanup.FileOptions.Globs).
 	Globs bool
@@ -66,7 +77,8 @@ type Options struct {
 	FinalizePort         int
 	FinalizeListener     net.Listener
 	// WaitBeforeSelfDelete makes the self-cleanup wait CleanupTimeout
-	// before it deletes anything, or less if FinalizeCleanup is called.
+	// before it deletes anything, or less if FinalizeCleanup is called;
+	// Complete derives it.
 	WaitBeforeSelfDelete bool
 	CleanupTimeout       time.Duration
 
@@ -76,21 +88,86 @@ type Options struct {
 	// DiscoveryRetry bounds the retries of API discovery when the API
 	// server does not answer; default cleanup.TransientRetryFor.
 	DiscoveryRetry time.Duration
-	Log            *slog.Logger
+	// Log is the run's logger; Complete sets it.
+	Log *slog.Logger
 }
 
-// Run does the whole cleanup: parse and check both configs and the flags
+// Complete derives what spectro-cleanup derives from its flags, and sets
+// Log to log:
+//   - Self.GVR from SelfGVR, when Self.Name is set; a SelfGVR that does not
+//     parse is the error, a *field.Error for SelfGVR wrapping
+//     cleanup.ErrConfig;
+//   - the missing one of Self.ClusterRole and Self.ClusterRoleBinding, from
+//     spectro-cleanup's default names (DefaultRole, DefaultRoleBinding),
+//     logged;
+//   - NoDeletionWait from a zero DeletionTimeout;
+//   - WaitBeforeSelfDelete: spectro-cleanup waits when it does not block on
+//     deletions (a grace period for what the deleted objects still do);
+//     sweep also waits whenever FinalizeCleanup is served, which is what
+//     the server is for; a zero CleanupTimeout never waits;
+//   - RESTConfig's client rate: deleting many objects in parallel needs
+//     more than client-go's default of 5 requests per second, so a config
+//     that sets no QPS gets 50, with bursts of 100.
+func (o *Options) Complete(log *slog.Logger) error {
+	log = logger(log)
+	if o.Self.Name != "" {
+		gvr, err := cleanup.ParseGVR(o.SelfGVR)
+		if err != nil {
+			return field.Wrap("SelfGVR", err)
+		}
+		o.Self.GVR = gvr
+	}
+	// spectro-cleanup fills the other name from its default.
+	self := &o.Self
+	switch {
+	case self.ClusterRole != "" && self.ClusterRoleBinding == "":
+		self.ClusterRoleBinding = DefaultRoleBinding
+		log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "cluster_role_binding", self.ClusterRoleBinding)
+	case self.ClusterRole == "" && self.ClusterRoleBinding != "":
+		self.ClusterRole = DefaultRole
+		log.Info("--cluster-role-name not given: using spectro-cleanup's default", "cluster_role", self.ClusterRole)
+	}
+	o.NoDeletionWait = o.DeletionTimeout == 0
+	o.WaitBeforeSelfDelete = (!o.Blocking || o.EnableFinalizeServer) && o.CleanupTimeout > 0
+	o.Log = log
+	if restConfig := o.RESTConfig; restConfig != nil {
+		o.RESTConfig = func() (*rest.Config, error) {
+			cfg, err := restConfig()
+			if err != nil {
+				return nil, err
+			}
+			if cfg.QPS == 0 {
+				cfg.QPS, cfg.Burst = 50, 100
+			}
+			return cfg, nil
+		}
+	}
+	return nil
+}
+
+// Validate checks the options without touching anything: the names of a
+// ClusterRole and its binding go together (Complete fills in the missing
+// one). Errors wrap cleanup.ErrConfig. Run checks again, after the config,
+// so that a caller that skips Validate still deletes nothing with bad
+// options.
+func (o *Options) Validate() error {
+	return o.Self.Validate()
+}
+
+// Run does the whole cleanup: parse and check both configs and the options
 // (nothing is deleted if anything is wrong), remove the files, delete the
 // resources, then self-cleanup. The summary is returned even with an error.
-// Errors wrapping cleanup.ErrConfig mean bad flags or config (exit 2); with
-// a nil error, a Failed record in the summary means something asked for was
-// not deleted (exit 1), and sum.MustFailed() that the workload kept itself.
+// Errors wrapping cleanup.ErrConfig mean bad options or config (exit 2);
+// with a nil error, a Failed record in the summary means something asked
+// for was not deleted (exit 1), and sum.MustFailed() that the workload kept
+// itself.
 //
 // The files need no API server: if discovery fails (API server down), they
 // are removed first and discovery is retried for up to
 // cleanup.TransientRetryFor, as spectro-cleanup removes its files before
 // its first request.
-func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
+func (o *Options) Run(ctx context.Context) (*cleanup.Summary, error) {
+	opts := *o // the defaults below are this run's
 	log := logger(opts.Log)
 	sum := &cleanup.Summary{}
 	if opts.ConfigDir == "" {
@@ -114,7 +191,7 @@ func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
 	if err := cleanup.CheckFilePaths(files, opts.AllowedRoots, opts.Globs); err != nil {
 		return sum, err
 	}
-	if err := opts.Self.Validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return sum, err
 	}
 	log.Info("cleanup starting", "files", len(files), "resources", len(entries), "self_cleanup", opts.Self.Name != "", "dry_run", opts.DryRun)
@@ -122,7 +199,7 @@ func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
 	var finalize *FinalizeServer
 	if opts.EnableFinalizeServer {
 		finalize = NewFinalizeServer(log)
-		stop, err := serveFinalize(ctx, opts, finalize, log)
+		stop, err := opts.serveFinalize(ctx, finalize, log)
 		if err != nil {
 			log.Error("FinalizeCleanup server not started; the self-cleanup waits its whole timeout", "error", err)
 			finalize = nil
@@ -158,7 +235,7 @@ func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
 		}
 		if resolveErr != nil {
 			log.Warn("API discovery failed: removing the files first, then trying again", "error", resolveErr)
-			if err := cleanup.RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
+			if err := cleanup.RemoveFiles(ctx, files, opts.fileOptions(log), sum); err != nil {
 				return sum, err
 			}
 			files = nil
@@ -168,7 +245,7 @@ func Run(ctx context.Context, opts Options) (*cleanup.Summary, error) {
 		}
 	}
 
-	if err := cleanup.RemoveFiles(ctx, files, fileOpts(opts, log), sum); err != nil {
+	if err := cleanup.RemoveFiles(ctx, files, opts.fileOptions(log), sum); err != nil {
 		return sum, err
 	}
 	self := opts.Self
@@ -257,10 +334,10 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // serveFinalize starts the FinalizeCleanup server; stop ends it.
-func serveFinalize(ctx context.Context, opts Options, srv *FinalizeServer, log *slog.Logger) (stop func(), err error) {
-	l := opts.FinalizeListener
+func (o *Options) serveFinalize(ctx context.Context, srv *FinalizeServer, log *slog.Logger) (stop func(), err error) {
+	l := o.FinalizeListener
 	if l == nil {
-		if l, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(opts.FinalizePort))); err != nil {
+		if l, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.FinalizePort))); err != nil {
 			return nil, fmt.Errorf("finalize server: %w", err)
 		}
 	}
@@ -276,8 +353,8 @@ func serveFinalize(ctx context.Context, opts Options, srv *FinalizeServer, log *
 	return func() { cancel(); <-served }, nil
 }
 
-func fileOpts(opts Options, log *slog.Logger) cleanup.FileOptions {
-	return cleanup.FileOptions{AllowedRoots: opts.AllowedRoots, Globs: opts.Globs, DryRun: opts.DryRun, Log: log}
+func (o *Options) fileOptions(log *slog.Logger) cleanup.FileOptions {
+	return cleanup.FileOptions{AllowedRoots: o.AllowedRoots, Globs: o.Globs, DryRun: o.DryRun, Log: log}
 }
 
 func dynamicOf(c *cleanup.Clients) dynamic.Interface {

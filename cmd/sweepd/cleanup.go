@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/cleanup/oneshot"
@@ -26,13 +25,9 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	}
 	fs := cmd.Flags()
 	kube := addKubeFlags(fs)
-	o := oneshot.Options{}
-	var (
-		roots   []string
-		selfGVR string
-		debug   bool
-	)
-	addSelfFlags(fs, &selfGVR, &o.Self, "", "the cleanup workload", " (empty group for core: /v1/pods)", "enables self-cleanup", false)
+	o := &oneshot.Options{RESTConfig: kube.restConfig, FinalizePort: 8080}
+	var debug bool
+	addSelfFlags(fs, &o.SelfGVR, &o.Self, "", "the cleanup workload", " (empty group for core: /v1/pods)", "enables self-cleanup", false)
 	addRBACFlags(fs, &o.Self, cleanup.Self{
 		ServiceAccount: oneshot.DefaultServiceAccount, Role: oneshot.DefaultRole, RoleBinding: oneshot.DefaultRoleBinding,
 	}, "the cleanup workload", false)
@@ -44,62 +39,29 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	secondsVar(fs, &o.CleanupTimeout, "cleanup-timeout", 30, 0, "with --blocking-deletion=false or --enable-grpc-server: whole seconds to wait before self-deletion, less if FinalizeCleanup is called; 0 does not wait")
 	secondsVar(fs, &o.CleanupTimeout, "cleanup-timeout-seconds", 30, 0, "alias of --cleanup-timeout")
 	fs.BoolVar(&o.EnableFinalizeServer, "enable-grpc-server", false, "serve FinalizeCleanup (gRPC and Connect), which ends the wait before self-deletion")
-	o.FinalizePort = 8080
 	fs.Var(portValue{p: &o.FinalizePort}, "grpc-port", "port of the FinalizeCleanup server")
 	fs.StringVar(&o.ConfigDir, "config-dir", oneshot.DefaultConfigDir, "directory of file-config.json and resource-config.json")
-	fs.StringArrayVar(&roots, "allowed-root", nil, "directory files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
+	fs.StringArrayVar(&o.AllowedRoots, "allowed-root", nil, "directory files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
 	fs.BoolVar(&o.Globs, "glob", false, "expand shell patterns (*, ?, [...]) in file-config.json; without it every path is literal, as in spectro-cleanup")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be deleted; delete nothing (server-side dry-run)")
 	fs.BoolVar(&debug, "debug", false, "accepted for spectro-cleanup compatibility; use --log-level=debug")
+	fields := map[string]string{"SelfGVR": "self-gvr"}
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		ctx := cmd.Context()
-		if o.Self.Name != "" {
-			gvr, err := cleanup.ParseGVR(selfGVR)
-			if err != nil {
-				return usagef("--self-gvr: %w", err)
-			}
-			o.Self.GVR = gvr
-		}
-		// spectro-cleanup fills the other name from its default.
-		self := &o.Self
-		switch {
-		case self.ClusterRole != "" && self.ClusterRoleBinding == "":
-			self.ClusterRoleBinding = oneshot.DefaultRoleBinding
-			e.log.Info("--cluster-role-binding-name not given: using spectro-cleanup's default", "cluster_role_binding", self.ClusterRoleBinding)
-		case self.ClusterRole == "" && self.ClusterRoleBinding != "":
-			self.ClusterRole = oneshot.DefaultRole
-			e.log.Info("--cluster-role-name not given: using spectro-cleanup's default", "cluster_role", self.ClusterRole)
+		if err := o.Complete(e.log); err != nil {
+			return flagError(err, fields)
 		}
 		if debug {
 			e.log.Info("--debug is accepted for compatibility only; use --log-level=debug")
 		}
-		o.AllowedRoots = roots
-		o.NoDeletionWait = o.DeletionTimeout == 0
-		// spectro-cleanup waits when it does not block on deletions (a
-		// grace period for what the deleted objects still do); sweep also
-		// waits whenever FinalizeCleanup is served, which is what the
-		// server is for.
-		o.WaitBeforeSelfDelete = (!o.Blocking || o.EnableFinalizeServer) && o.CleanupTimeout > 0
-		o.Log = e.log
-		o.RESTConfig = func() (*rest.Config, error) {
-			cfg, err := kube.restConfig()
-			if err != nil {
-				return nil, err
-			}
-			// Deleting many objects in parallel needs more than client-go's
-			// default 5 requests per second.
-			if cfg.QPS == 0 {
-				cfg.QPS, cfg.Burst = 50, 100
-			}
-			return cfg, nil
+		// A refusal by Validate is reported as one by Run: nothing deleted.
+		sum := &cleanup.Summary{}
+		err := o.Validate()
+		if err == nil {
+			sum, err = o.Run(cmd.Context())
 		}
-
-		sum, err := oneshot.Run(ctx, o)
-		if sum != nil {
-			if werr := sum.WriteText(e.stdout); werr != nil {
-				e.log.Error("write summary", "error", werr)
-			}
+		if werr := sum.WriteText(e.stdout); werr != nil {
+			e.log.Error("write summary", "error", werr)
 		}
 		switch {
 		case errors.Is(err, cleanup.ErrConfig):

@@ -226,8 +226,8 @@ func writeConfig(t *testing.T, files, resources string) string {
 	return dir
 }
 
-func (c *cluster) options(dir string, roots ...string) oneshot.Options {
-	return oneshot.Options{
+func (c *cluster) options(dir string, roots ...string) *oneshot.Options {
+	return &oneshot.Options{
 		ConfigDir:        dir,
 		AllowedRoots:     roots,
 		Blocking:         true,
@@ -291,7 +291,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		})
 		defer release.Stop()
 		start := time.Now()
-		sum, err := oneshot.Run(t.Context(), c.options(dir))
+		sum, err := c.options(dir).Run(t.Context())
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -341,7 +341,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		]`)
 		o := c.options(dir)
 		o.DeletionTimeout = time.Second
-		sum, err := oneshot.Run(t.Context(), o)
+		sum, err := o.Run(t.Context())
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -444,7 +444,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		o := c.options(dir)
 		o.NoDeletionWait = true
 		o.DeletionTimeout = time.Hour // must not be waited for
-		sum, err := oneshot.Run(t.Context(), o)
+		sum, err := o.Run(t.Context())
 		logSummary(t, sum)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -478,7 +478,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		o := c.options(dir, host)
 		o.RESTConfig = func() (*rest.Config, error) { return &rest.Config{Host: dead}, nil }
 		o.DiscoveryRetry = time.Second
-		sum, err := oneshot.Run(t.Context(), o)
+		sum, err := o.Run(t.Context())
 		logSummary(t, sum)
 		if err == nil || errors.Is(err, cleanup.ErrConfig) {
 			t.Errorf("Run error %v, want a discovery error", err)
@@ -541,7 +541,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 				files = append(files, outside)
 			}
 			dir := writeConfig(t, fmt.Sprintf("[%q%s]", files[0], tail(files)), strings.ReplaceAll(r.resources, "{ns}", ns))
-			sum, err := oneshot.Run(t.Context(), c.options(dir, host))
+			sum, err := c.options(dir, host).Run(t.Context())
 			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
 				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
 			}
@@ -597,7 +597,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sum, err := oneshot.Run(t.Context(), c.options(dir, host))
+			sum, err := c.options(dir, host).Run(t.Context())
 			if !errors.Is(err, cleanup.ErrConfig) || !strings.Contains(err.Error(), r.wantErr) {
 				t.Fatalf("Run error = %v, want ErrConfig with %q", err, r.wantErr)
 			}
@@ -628,7 +628,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			{"group":"example.com","version":"v1","resource":"sprockets","mustDelete":true},
 			{"version":"v1","resource":"configmaps","name":"after","namespace":"ty1","mustDelete":true}
 		]`)
-		sum, err := oneshot.Run(t.Context(), c.options(dir))
+		sum, err := c.options(dir).Run(t.Context())
 		logSummary(t, sum)
 		if err != nil || sum.MustFailed() || sum.Count("", cleanup.Failed) != 0 {
 			t.Fatalf("Run: %v, failed %d", err, sum.Count("", cleanup.Failed))
@@ -665,7 +665,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		dir := writeConfig(t, fmt.Sprintf("[%q]", f), `[{"version":"v1","resource":"configmaps","namespace":"d1","labelSelector":"dry=yes"},{"version":"v1","resource":"configmaps","name":"a","namespace":"d1"}]`)
 		o := c.options(dir, host)
 		o.DryRun = true
-		sum, err := oneshot.Run(t.Context(), o)
+		sum, err := o.Run(t.Context())
 		logSummary(t, sum)
 		if err != nil || sum.MustFailed() {
 			t.Fatalf("Run: %v, must failed %v", err, sum.MustFailed())
@@ -788,7 +788,7 @@ func TestSelfCleanupPod(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := oneshot.Run(ctx, o)
+		sum, err := o.Run(ctx)
 		done <- result{sum, err}
 	}()
 	select {
