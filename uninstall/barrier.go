@@ -50,7 +50,7 @@ func EvaluateBarrier(dsUID types.UID, content string, pods, leases []*unstructur
 	reported := map[string]bool{}
 	for _, l := range leases {
 		a := l.GetAnnotations()
-		if l.GetLabels()[LabelRole] != roleNode || a[AnnotationContent] != content || a[AnnotationNode] == "" {
+		if l.GetLabels()[LabelRole] != RoleNode || a[AnnotationContent] != content || a[AnnotationNode] == "" {
 			continue
 		}
 		reported[a[AnnotationNode]] = true

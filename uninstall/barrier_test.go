@@ -20,7 +20,7 @@ func testPod(node, phase string, owner types.UID, controller bool) *unstructured
 
 func testReport(node, content string, at time.Time, failed string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{}}
-	u.SetLabels(map[string]string{LabelRole: roleNode})
+	u.SetLabels(map[string]string{LabelRole: RoleNode})
 	u.SetAnnotations(map[string]string{
 		AnnotationNode: node, AnnotationContent: content, AnnotationReportedAt: at.Format(time.RFC3339Nano), AnnotationFailedFiles: failed,
 	})
@@ -97,7 +97,7 @@ func TestNames(t *testing.T) {
 				t.Errorf("%q: %d characters", n, len(n))
 			}
 		}
-		if l := dsLabel(tt.ds); len(l) > 63 {
+		if l := DaemonSetLabel(tt.ds); len(l) > 63 {
 			t.Errorf("label %q too long", l)
 		}
 	}

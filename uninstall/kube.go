@@ -30,17 +30,23 @@ var (
 	clusterRoleBindingGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
 )
 
-// daemonSet is what the coordination needs of the DaemonSet.
-type daemonSet struct {
+// DaemonSet is what the coordination needs of the daemons' DaemonSet.
+type DaemonSet struct {
 	Name, Namespace string
+	// UID tells this DaemonSet from a later one of the same name; every
+	// coordination object is owned by it.
 	UID             types.UID
 	ResourceVersion string
-	Selector        labels.Selector
-	Deleting        bool
+	// Selector selects the DaemonSet's pods: the nodes the barrier waits
+	// for.
+	Selector labels.Selector
+	// Deleting: the DaemonSet has a deletion timestamp.
+	Deleting bool
 }
 
-func parseDaemonSet(u *unstructured.Unstructured) (*daemonSet, error) {
-	ds := &daemonSet{
+// ParseDaemonSet reads a DaemonSet from its unstructured form.
+func ParseDaemonSet(u *unstructured.Unstructured) (*DaemonSet, error) {
+	ds := &DaemonSet{
 		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
 		ResourceVersion: u.GetResourceVersion(), Deleting: u.GetDeletionTimestamp() != nil,
 	}
@@ -58,21 +64,23 @@ func parseDaemonSet(u *unstructured.Unstructured) (*daemonSet, error) {
 	return ds, nil
 }
 
-func ownerRef(ds *daemonSet) metav1.OwnerReference {
+// OwnerReference makes an object the DaemonSet's, so that the garbage
+// collector removes it with the DaemonSet.
+func (ds *DaemonSet) OwnerReference() metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID}
 }
 
 // newLease builds an unstructured Lease owned by ds.
-func newLease(ds *daemonSet, name, role, holder string, ann map[string]string) *unstructured.Unstructured {
+func newLease(ds *DaemonSet, name, role, holder string, ann map[string]string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
 		"spec": map[string]any{"holderIdentity": holder},
 	}}
 	u.SetName(name)
 	u.SetNamespace(ds.Namespace)
-	u.SetLabels(map[string]string{LabelDaemonSet: dsLabel(ds.Name), LabelRole: role})
+	u.SetLabels(map[string]string{LabelDaemonSet: DaemonSetLabel(ds.Name), LabelRole: role})
 	u.SetAnnotations(ann)
-	u.SetOwnerReferences([]metav1.OwnerReference{ownerRef(ds)})
+	u.SetOwnerReferences([]metav1.OwnerReference{ds.OwnerReference()})
 	return u
 }
 

@@ -24,7 +24,7 @@ import (
 // DaemonSet.
 type elector struct {
 	leases   dynamic.ResourceInterface
-	ds       *daemonSet
+	ds       *DaemonSet
 	name     string
 	identity string
 	duration time.Duration
@@ -103,7 +103,7 @@ func (e *elector) try(ctx context.Context) bool {
 	now := time.Now()
 	u, err := e.leases.Get(ctx, e.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		l := newLease(e.ds, e.name, roleLeader, e.identity, nil)
+		l := newLease(e.ds, e.name, RoleLeader, e.identity, nil)
 		_ = unstructured.SetNestedField(l.Object, int64(e.duration/time.Second), "spec", "leaseDurationSeconds")
 		_ = unstructured.SetNestedField(l.Object, microTime(now), "spec", "acquireTime")
 		_ = unstructured.SetNestedField(l.Object, microTime(now), "spec", "renewTime")

@@ -34,10 +34,16 @@ const (
 	// was about to delete the ClusterRole: a later attempt, which can no
 	// longer read it (its own rules granted that), knows it is gone.
 	AnnotationClusterRoleDeleted = "sweep.dev/cleanup-cluster-role-deleted"
+)
 
-	roleNode   = "node"
-	roleLeader = "leader"
-	roleStatus = "status"
+// Values of LabelRole: which coordination Lease it is.
+const (
+	// RoleNode is a node's report that it finished its files (NodeLeaseName).
+	RoleNode = "node"
+	// RoleLeader is the Lease that elects the leader (LeaderLeaseName).
+	RoleLeader = "leader"
+	// RoleStatus is the leader's record of the cluster phase (StatusLeaseName).
+	RoleStatus = "status"
 )
 
 // Phases of the cluster phase, recorded in the status Lease.
@@ -53,8 +59,8 @@ func shortHash(s string, n int) string {
 	return hex.EncodeToString(sum[:])[:n]
 }
 
-// dsLabel is the LabelDaemonSet value for a DaemonSet name.
-func dsLabel(ds string) string {
+// DaemonSetLabel is the LabelDaemonSet value for a DaemonSet name.
+func DaemonSetLabel(ds string) string {
 	if len(ds) <= 63 {
 		return ds
 	}

@@ -104,7 +104,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	if err != nil {
 		return fmt.Errorf("get DaemonSet: %w", err)
 	}
-	ds, err := parseDaemonSet(u)
+	ds, err := ParseDaemonSet(u)
 	if err != nil {
 		return fmt.Errorf("DaemonSet: %w", err)
 	}
@@ -187,7 +187,7 @@ func readStatus(ctx context.Context, dc dynamic.Interface, o RequestOptions, h s
 // DaemonSet (with withDaemonSet), the RBAC named in o, and the cleanup
 // ConfigMap and coordination Leases that the DaemonSet owns. An object that
 // cannot be checked counts as left, with the reason.
-func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *daemonSet, withDaemonSet bool) []string {
+func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet, withDaemonSet bool) []string {
 	var left []string
 	check := func(gvr schema.GroupVersionResource, ns, name string, ours func(*unstructured.Unstructured) bool) {
 		if name == "" {
@@ -221,7 +221,7 @@ func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *
 	check(clusterRoleBindingGVR, "", o.Self.ClusterRoleBinding, nil)
 	check(configMapGVR, o.Self.Namespace, o.ConfigMap, owned)
 	leases, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name)}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(ds.Name)}).String(),
 	})
 	if err != nil {
 		return append(left, "coordination Leases (cannot check: "+err.Error()+")")
@@ -241,7 +241,7 @@ func objectName(gvr schema.GroupVersionResource, ns, name string) string {
 	return gvr.GroupResource().String() + " " + ns + "/" + name
 }
 
-func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *daemonSet, h string, st statusView, dsGone bool) error {
+func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet, h string, st statusView, dsGone bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var msg strings.Builder
@@ -272,13 +272,13 @@ func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, d
 
 // Barrier evaluates the barrier of content h for the DaemonSet with plain
 // lists (for reporting; the leader uses informers).
-func Barrier(ctx context.Context, dc dynamic.Interface, ds *daemonSet, h string) (BarrierState, error) {
+func Barrier(ctx context.Context, dc dynamic.Interface, ds *DaemonSet, h string) (BarrierState, error) {
 	pods, err := dc.Resource(podGVR).Namespace(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ds.Selector.String()})
 	if err != nil {
 		return BarrierState{}, err
 	}
 	leases, err := dc.Resource(leaseGVR).Namespace(ds.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name), LabelRole: roleNode}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(ds.Name), LabelRole: RoleNode}).String(),
 	})
 	if err != nil {
 		return BarrierState{}, err
@@ -294,7 +294,7 @@ func itemPtrs(items []unstructured.Unstructured) []*unstructured.Unstructured {
 	return out
 }
 
-func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *daemonSet) error {
+func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet) error {
 	data := map[string]any{}
 	if o.FileConfig != nil {
 		data[cleanup.FileConfigName] = string(o.FileConfig)
@@ -302,7 +302,7 @@ func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions,
 	if o.ResourceConfig != nil {
 		data[cleanup.ResourceConfigName] = string(o.ResourceConfig)
 	}
-	owner := ownerRef(ds)
+	owner := ds.OwnerReference()
 	cms := dc.Resource(configMapGVR).Namespace(o.Self.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cms.Get(ctx, o.ConfigMap, metav1.GetOptions{})

@@ -36,7 +36,7 @@ func TestWaitBarrierClockSkew(t *testing.T) {
 	r.SetKind("Lease")
 	r.SetNamespace(ns)
 	r.SetName("report-a")
-	r.SetLabels(map[string]string{LabelRole: roleNode, LabelDaemonSet: dsLabel(name)})
+	r.SetLabels(map[string]string{LabelRole: RoleNode, LabelDaemonSet: DaemonSetLabel(name)})
 	objs = append(objs, r)
 	dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{podGVR: "PodList", leaseGVR: "LeaseList"}, objs...)
@@ -45,7 +45,7 @@ func TestWaitBarrierClockSkew(t *testing.T) {
 	c := &Coordinator{dc: dc, cfg: Config{Self: cleanup.Self{Namespace: ns}, Timeout: timeout}}
 	start := time.Now()
 	b, err := c.waitBarrier(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)), "h1",
-		&daemonSet{Name: name, Namespace: ns, UID: uid, Selector: labels.SelectorFromSet(sel)})
+		&DaemonSet{Name: name, Namespace: ns, UID: uid, Selector: labels.SelectorFromSet(sel)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // status is the leader's record of the cluster phase, in the status Lease.
 type status struct {
 	c       *Coordinator
-	ds      *daemonSet
+	ds      *DaemonSet
 	content string
 	missing string
 	// clusterRoleDeleted: an attempt was deleting the ClusterRole.
@@ -74,7 +74,7 @@ func (s *status) write(ctx context.Context, ann map[string]string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := s.c.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			_, err = s.c.leases().Create(ctx, newLease(s.ds, name, roleStatus, holder, ann), metav1.CreateOptions{})
+			_, err = s.c.leases().Create(ctx, newLease(s.ds, name, RoleStatus, holder, ann), metav1.CreateOptions{})
 			return err
 		}
 		if err != nil {
@@ -145,11 +145,11 @@ func unstructuredItems(objs []any) []*unstructured.Unstructured {
 // would otherwise make the leader give up on the missing nodes early. A new
 // leader after a failover therefore waits a whole timeout again: later, never
 // sooner. It returns the barrier as it was then; the error is for ctx only.
-func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h string, ds *daemonSet) (BarrierState, error) {
+func (c *Coordinator) waitBarrier(ctx context.Context, log *slog.Logger, h string, ds *DaemonSet) (BarrierState, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pods := c.informer(podGVR, withLabels(ds.Selector))
-	leases := c.informer(leaseGVR, withLabels(labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(ds.Name), LabelRole: roleNode})))
+	leases := c.informer(leaseGVR, withLabels(labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(ds.Name), LabelRole: RoleNode})))
 	changed := make(chan struct{}, 1)
 	for _, inf := range []cache.SharedIndexInformer{pods, leases} {
 		if _, err := inf.AddEventHandler(notifier(changed)); err != nil {

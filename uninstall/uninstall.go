@@ -309,14 +309,14 @@ func (c *Coordinator) finished(log *slog.Logger, h string, failed int, why strin
 
 // getDaemonSet returns the DaemonSet, nil if it is gone or being deleted; it
 // retries other errors until ctx ends.
-func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*daemonSet, error) {
+func (c *Coordinator) getDaemonSet(ctx context.Context, log *slog.Logger) (*DaemonSet, error) {
 	for {
 		u, err := c.dc.Resource(DaemonSetGVR).Namespace(c.cfg.Self.Namespace).Get(ctx, c.cfg.Self.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
 		if err == nil {
-			ds, err := parseDaemonSet(u)
+			ds, err := ParseDaemonSet(u)
 			if err != nil {
 				return nil, fmt.Errorf("DaemonSet: %w", err)
 			}
@@ -341,7 +341,7 @@ func (c *Coordinator) leases() dynamic.ResourceInterface {
 
 // report records in this node's Lease that it finished content h. It returns
 // the DaemonSet (nil if gone) and an error only when ctx ends.
-func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, failed int) (*daemonSet, error) {
+func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, failed int) (*DaemonSet, error) {
 	ds, err := c.getDaemonSet(ctx, log)
 	if err != nil || ds == nil {
 		return nil, err
@@ -358,7 +358,7 @@ func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, fa
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			l, err := c.leases().Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				_, err = c.leases().Create(ctx, newLease(ds, name, roleNode, node, ann), metav1.CreateOptions{})
+				_, err = c.leases().Create(ctx, newLease(ds, name, RoleNode, node, ann), metav1.CreateOptions{})
 				return err
 			}
 			if err != nil {
@@ -396,7 +396,7 @@ func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, fa
 // the leader runs the cluster phase; the others follow (watching) and take
 // over if the leader dies. It returns true when the cleanup is over (done by
 // us or by another daemon, or the DaemonSet is gone), false when ctx ended.
-func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) bool {
+func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds *DaemonSet, entries []cleanup.ResourceEntry) bool {
 	e := &elector{
 		leases: c.leases(), ds: ds, name: LeaderLeaseName(ds.Name), identity: c.cfg.NodeName,
 		duration: c.cfg.LeaseDuration, log: log,
@@ -437,8 +437,8 @@ func (c *Coordinator) follow(ctx context.Context, log *slog.Logger, e *elector, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leases := c.informer(leaseGVR, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: dsLabel(c.cfg.Self.Name)}).String() +
-			"," + LabelRole + " in (" + roleLeader + "," + roleStatus + ")"
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(c.cfg.Self.Name)}).String() +
+			"," + LabelRole + " in (" + RoleLeader + "," + RoleStatus + ")"
 	})
 	dss := c.informer(DaemonSetGVR, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.Self.Name).String()
@@ -498,7 +498,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // lead runs the cluster phase while ctx (the leadership) lasts: barrier,
 // resources, self-cleanup. A failed attempt is retried. It returns true
 // when the cleanup is over.
-func (c *Coordinator) lead(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) bool {
+func (c *Coordinator) lead(ctx context.Context, log *slog.Logger, h string, ds *DaemonSet, entries []cleanup.ResourceEntry) bool {
 	for ctx.Err() == nil {
 		cur, err := c.getDaemonSet(ctx, log)
 		if err != nil {
@@ -521,7 +521,7 @@ func (c *Coordinator) lead(ctx context.Context, log *slog.Logger, h string, ds *
 	return false
 }
 
-func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h string, ds *daemonSet, entries []cleanup.ResourceEntry) (bool, error) {
+func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h string, ds *DaemonSet, entries []cleanup.ResourceEntry) (bool, error) {
 	st := &status{c: c, ds: ds, content: h}
 	phase, err := st.load(ctx)
 	if err != nil {
@@ -629,7 +629,7 @@ func (c *Coordinator) clusterPhase(ctx context.Context, log *slog.Logger, h stri
 }
 
 // event records an Event on the DaemonSet; failures are logged only.
-func (c *Coordinator) event(ctx context.Context, ds *daemonSet, typ, reason, msg string) {
+func (c *Coordinator) event(ctx context.Context, ds *DaemonSet, typ, reason, msg string) {
 	now := time.Now().UTC().Format(time.RFC3339)
 	ev := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Event",
