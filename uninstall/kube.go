@@ -21,13 +21,6 @@ var (
 	leaseGVR     = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 	podGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	eventGVR     = schema.GroupVersionResource{Version: "v1", Resource: "events"}
-	configMapGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-
-	serviceAccountGVR     = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
-	roleGVR               = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}
-	roleBindingGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
-	clusterRoleGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
-	clusterRoleBindingGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
 )
 
 // DaemonSet is what the coordination needs of the daemons' DaemonSet.

@@ -1,13 +1,16 @@
-// Package uninstall is the uninstall cleanup of the node daemon, coordinated
-// across a DaemonSet. Each daemon watches its mounted cleanup ConfigMap
-// (Watch); when file-config.json or resource-config.json appear or change, it
-// removes the files on its node (the node phase, package cleanup's rules)
-// and reports to a barrier; one daemon, elected with a Lease, waits until
-// every node running a pod of the DaemonSet has reported (or a timeout
-// passed), deletes the resources and finally the DaemonSet itself with its
-// RBAC (the cluster phase). Progress is kept by content hash under a state
-// directory, so a restarted daemon neither redoes finished work nor loses
-// interrupted work. docs/design/coordinated-uninstall.md has the design.
+// Package uninstall is the daemons' side of the coordinated uninstall: the
+// uninstall cleanup of the node daemon, coordinated across a DaemonSet.
+// Each daemon watches its mounted cleanup ConfigMap (Watch); when
+// file-config.json or resource-config.json appear or change, it removes the
+// files on its node (the node phase, package cleanup's rules) and reports
+// to a barrier; one daemon, elected with a Lease, waits until every node
+// running a pod of the DaemonSet has reported (or a timeout passed),
+// deletes the resources and finally the DaemonSet itself with its RBAC (the
+// cluster phase). Progress is kept by content hash under a state directory,
+// so a restarted daemon neither redoes finished work nor loses interrupted
+// work. The Helm hook's side, which hands the config to the daemons and
+// waits for them, is package uninstall/hook;
+// docs/design/coordinated-uninstall.md has the design.
 package uninstall
 
 import (
@@ -76,9 +79,8 @@ type Config struct {
 	Watch WatchOptions
 }
 
-// FieldError is an invalid field of a Config or RequestOptions, so that a
-// command can name the flag that set it; Field is the field: "Timeout",
-// "Self.GVR", ...
+// FieldError is an invalid field of a Config, so that a command can name
+// the flag that set it; Field is the field: "Timeout", "Self.GVR", ...
 type FieldError = field.Error
 
 // MinLeaseDuration is the shortest leader Lease: the renew deadline and the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/uninstall"
+	"github.com/sweep-k8s/sweep/uninstall/hook"
 )
 
 // uninstallCommand is Helm's pre-delete hook: it hands the uninstall config
@@ -30,7 +31,7 @@ and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 	}
 	fs := cmd.Flags()
 	kube := addKubeFlags(fs)
-	var o uninstall.RequestOptions
+	var o hook.RequestOptions
 	var sourceDir string
 	fs.StringVar(&o.Self.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
 	fs.StringVar(&o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
@@ -75,7 +76,7 @@ and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 		if err != nil {
 			return fmt.Errorf("dynamic client: %w", err)
 		}
-		err = uninstall.Request(ctx, dc, o)
+		err = hook.Request(ctx, dc, o)
 		switch {
 		case errors.Is(err, cleanup.ErrConfig):
 			e.log.Error("uninstall refused: nothing done", "error", err)

@@ -1,4 +1,10 @@
-package uninstall
+// Package hook is the client side of the coordinated uninstall, what the
+// Helm chart's pre-delete hook (`sweepd uninstall`) runs: it hands the
+// uninstall config to the daemons through their cleanup ConfigMap and waits
+// until they have cleaned every node and deleted their DaemonSet, and until
+// what goes with the DaemonSet is gone. It only reads the coordination
+// objects; package uninstall is the daemons' side, which writes them.
+package hook
 
 import (
 	"context"
@@ -19,6 +25,21 @@ import (
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/internal/field"
+	"github.com/sweep-k8s/sweep/uninstall"
+)
+
+// The hook, like the daemons, talks to the API server with the dynamic
+// client only (see cmd/sweepd/deps_test.go).
+var (
+	leaseGVR     = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	podGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	configMapGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+	serviceAccountGVR     = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	roleGVR               = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}
+	roleBindingGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+	clusterRoleGVR        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+	clusterRoleBindingGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
 )
 
 // ErrTimeout is returned by Request when the cleanup did not finish in time.
@@ -48,7 +69,7 @@ type RequestOptions struct {
 
 // Validate checks the options without touching anything: the DaemonSet's
 // name and namespace, the ConfigMap's name and a positive timeout are
-// required, and the configs must parse. Errors are *FieldError; those of
+// required, and the configs must parse. Errors are *field.Error; those of
 // the configs also wrap cleanup.ErrConfig.
 func (o RequestOptions) Validate() error {
 	switch {
@@ -95,7 +116,7 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
-	dsClient := dc.Resource(DaemonSetGVR).Namespace(o.Self.Namespace)
+	dsClient := dc.Resource(uninstall.DaemonSetGVR).Namespace(o.Self.Namespace)
 	u, err := dsClient.Get(ctx, o.Self.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		log.Warn("DaemonSet not found: no daemon left to clean up, nothing to wait for", "daemonset", o.Self.Namespace+"/"+o.Self.Name)
@@ -104,11 +125,11 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 	if err != nil {
 		return fmt.Errorf("get DaemonSet: %w", err)
 	}
-	ds, err := ParseDaemonSet(u)
+	ds, err := uninstall.ParseDaemonSet(u)
 	if err != nil {
 		return fmt.Errorf("DaemonSet: %w", err)
 	}
-	h := ContentHash(o.FileConfig, o.ResourceConfig)
+	h := uninstall.ContentHash(o.FileConfig, o.ResourceConfig)
 	if err := applyConfigMap(ctx, dc, o, ds); err != nil {
 		return err
 	}
@@ -148,8 +169,8 @@ func Request(ctx context.Context, dc dynamic.Interface, o RequestOptions) error 
 				st = next
 				log.Info("cluster phase", "phase", st.phase, "missing_nodes", st.missing, "message", st.message)
 			}
-			if st.phase == "" || st.phase == PhaseBarrier {
-				if b, err := Barrier(ctx, dc, ds, h); err == nil && len(b.Reported) != lastReported {
+			if st.phase == "" || st.phase == uninstall.PhaseBarrier {
+				if b, err := listBarrier(ctx, dc, ds, h); err == nil && len(b.Reported) != lastReported {
 					lastReported = len(b.Reported)
 					log.Info("nodes done", "reported", len(b.Reported), "expected", len(b.Expected), "missing", b.Missing)
 				}
@@ -172,22 +193,22 @@ type statusView struct {
 }
 
 func readStatus(ctx context.Context, dc dynamic.Interface, o RequestOptions, h string) (statusView, error) {
-	l, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).Get(ctx, StatusLeaseName(o.Self.Name), metav1.GetOptions{})
+	l, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).Get(ctx, uninstall.StatusLeaseName(o.Self.Name), metav1.GetOptions{})
 	if err != nil {
 		return statusView{}, err
 	}
 	a := l.GetAnnotations()
-	if a[AnnotationContent] != h {
+	if a[uninstall.AnnotationContent] != h {
 		return statusView{}, nil
 	}
-	return statusView{phase: a[AnnotationPhase], missing: a[AnnotationMissingNodes], message: a[AnnotationMessage]}, nil
+	return statusView{phase: a[uninstall.AnnotationPhase], missing: a[uninstall.AnnotationMissingNodes], message: a[uninstall.AnnotationMessage]}, nil
 }
 
 // leftovers lists what of the uninstall's promise is still there: the
 // DaemonSet (with withDaemonSet), the RBAC named in o, and the cleanup
 // ConfigMap and coordination Leases that the DaemonSet owns. An object that
 // cannot be checked counts as left, with the reason.
-func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet, withDaemonSet bool) []string {
+func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *uninstall.DaemonSet, withDaemonSet bool) []string {
 	var left []string
 	check := func(gvr schema.GroupVersionResource, ns, name string, ours func(*unstructured.Unstructured) bool) {
 		if name == "" {
@@ -212,7 +233,7 @@ func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *
 		return false
 	}
 	if withDaemonSet {
-		check(DaemonSetGVR, o.Self.Namespace, o.Self.Name, func(u *unstructured.Unstructured) bool { return u.GetUID() == ds.UID })
+		check(uninstall.DaemonSetGVR, o.Self.Namespace, o.Self.Name, func(u *unstructured.Unstructured) bool { return u.GetUID() == ds.UID })
 	}
 	check(serviceAccountGVR, o.Self.Namespace, o.Self.ServiceAccount, nil)
 	check(roleGVR, o.Self.Namespace, o.Self.Role, nil)
@@ -221,7 +242,7 @@ func leftovers(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *
 	check(clusterRoleBindingGVR, "", o.Self.ClusterRoleBinding, nil)
 	check(configMapGVR, o.Self.Namespace, o.ConfigMap, owned)
 	leases, err := dc.Resource(leaseGVR).Namespace(o.Self.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(ds.Name)}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{uninstall.LabelDaemonSet: uninstall.DaemonSetLabel(ds.Name)}).String(),
 	})
 	if err != nil {
 		return append(left, "coordination Leases (cannot check: "+err.Error()+")")
@@ -241,7 +262,7 @@ func objectName(gvr schema.GroupVersionResource, ns, name string) string {
 	return gvr.GroupResource().String() + " " + ns + "/" + name
 }
 
-func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet, h string, st statusView, dsGone bool) error {
+func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *uninstall.DaemonSet, h string, st statusView, dsGone bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var msg strings.Builder
@@ -250,14 +271,14 @@ func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, d
 	} else {
 		phase := st.phase
 		if phase == "" {
-			phase = PhaseBarrier
+			phase = uninstall.PhaseBarrier
 		}
 		fmt.Fprintf(&msg, "phase %q", phase)
 		if st.message != "" {
 			fmt.Fprintf(&msg, " (%s)", st.message)
 		}
-		if phase == PhaseBarrier {
-			if b, err := Barrier(ctx, dc, ds, h); err != nil {
+		if phase == uninstall.PhaseBarrier {
+			if b, err := listBarrier(ctx, dc, ds, h); err != nil {
 				fmt.Fprintf(&msg, ", barrier unknown: %v", err)
 			} else {
 				fmt.Fprintf(&msg, ", %d of %d nodes done, missing: %v", len(b.Reported), len(b.Expected), b.Missing)
@@ -270,20 +291,20 @@ func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, d
 	return fmt.Errorf("%w: %s", ErrTimeout, msg.String())
 }
 
-// Barrier evaluates the barrier of content h for the DaemonSet with plain
+// listBarrier evaluates the barrier of content h for the DaemonSet with plain
 // lists (for reporting; the leader uses informers).
-func Barrier(ctx context.Context, dc dynamic.Interface, ds *DaemonSet, h string) (BarrierState, error) {
+func listBarrier(ctx context.Context, dc dynamic.Interface, ds *uninstall.DaemonSet, h string) (uninstall.BarrierState, error) {
 	pods, err := dc.Resource(podGVR).Namespace(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ds.Selector.String()})
 	if err != nil {
-		return BarrierState{}, err
+		return uninstall.BarrierState{}, err
 	}
 	leases, err := dc.Resource(leaseGVR).Namespace(ds.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(ds.Name), LabelRole: RoleNode}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{uninstall.LabelDaemonSet: uninstall.DaemonSetLabel(ds.Name), uninstall.LabelRole: uninstall.RoleNode}).String(),
 	})
 	if err != nil {
-		return BarrierState{}, err
+		return uninstall.BarrierState{}, err
 	}
-	return EvaluateBarrier(ds.UID, h, itemPtrs(pods.Items), itemPtrs(leases.Items)), nil
+	return uninstall.EvaluateBarrier(ds.UID, h, itemPtrs(pods.Items), itemPtrs(leases.Items)), nil
 }
 
 func itemPtrs(items []unstructured.Unstructured) []*unstructured.Unstructured {
@@ -294,7 +315,7 @@ func itemPtrs(items []unstructured.Unstructured) []*unstructured.Unstructured {
 	return out
 }
 
-func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *DaemonSet) error {
+func applyConfigMap(ctx context.Context, dc dynamic.Interface, o RequestOptions, ds *uninstall.DaemonSet) error {
 	data := map[string]any{}
 	if o.FileConfig != nil {
 		data[cleanup.FileConfigName] = string(o.FileConfig)
