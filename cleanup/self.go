@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// DefaultFinalizeTimeout is the wait for FinalizeCleanup when
-// SelfOptions.FinalizeTimeout is not positive, spectro-cleanup's.
+// DefaultFinalizeTimeout, spectro-cleanup's, is the wait for
+// FinalizeCleanup when SelfOptions.FinalizeTimeout is not positive.
 const DefaultFinalizeTimeout = 30 * time.Second
 
 var (

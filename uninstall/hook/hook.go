@@ -2,8 +2,9 @@
 // Helm chart's pre-delete hook (`sweepd uninstall`) runs: it hands the
 // uninstall config to the daemons through their cleanup ConfigMap and waits
 // until they have cleaned every node and deleted their DaemonSet, and until
-// what goes with the DaemonSet is gone. It only reads the coordination
-// objects; package uninstall is the daemons' side, which writes them.
+// what goes with the DaemonSet is gone. It writes only the cleanup
+// ConfigMap, and reads the coordination Leases that the daemons' side,
+// package uninstall, writes.
 package hook
 
 import (
@@ -291,8 +292,8 @@ func timeoutError(ctx context.Context, dc dynamic.Interface, o RequestOptions, d
 	return fmt.Errorf("%w: %s", ErrTimeout, msg.String())
 }
 
-// listBarrier evaluates the barrier of content h for the DaemonSet with plain
-// lists (for reporting; the leader uses informers).
+// listBarrier evaluates the barrier of content h for the DaemonSet with
+// plain lists (for reporting; the leader uses informers).
 func listBarrier(ctx context.Context, dc dynamic.Interface, ds *uninstall.DaemonSet, h string) (uninstall.BarrierState, error) {
 	pods, err := dc.Resource(podGVR).Namespace(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ds.Selector.String()})
 	if err != nil {
