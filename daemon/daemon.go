@@ -279,6 +279,7 @@ type Daemon struct {
 	clock     *prune.ClockGuard
 	sources   prune.Sources
 	deps      prune.Deps // the prune's, the same for every run
+	health    *health
 	metrics   *metrics
 	synced    atomic.Bool // first sync done
 	proven    atomic.Bool // the last proof of the views succeeded
@@ -311,6 +312,7 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d.views = views
+	d.health = newHealth(d.log)
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
@@ -519,6 +521,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	wg.Go(func() { d.views.Run(ctx) })
+	wg.Go(func() { d.health.watch(ctx, d.views, time.Second) })
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
@@ -583,10 +586,13 @@ func (d *Daemon) waitFirstSync(ctx context.Context, errc <-chan error) (bool, er
 			lastTry = time.Now()
 			name, version, err := runtime.Version(ctx)
 			if err == nil {
+				d.health.clear(time.Now(), sourceRuntime)
 				d.log.Info("container runtime answered", "runtime", name, "runtime_version", version)
 				return true, nil
 			}
-			d.log.Debug("container runtime not answering", "error", err)
+			if ctx.Err() == nil {
+				d.health.set(time.Now(), sourceRuntime, fmt.Errorf("%s: %w", runtime.Endpoint(), err))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -637,9 +643,17 @@ func (d *Daemon) proveLoop(ctx context.Context) {
 func (d *Daemon) prove(ctx context.Context) error {
 	err := d.views.Prove(ctx)
 	if err != nil && liveness.ProofError(err) == nil {
-		// A failure to ask proves nothing either way; the runs say so.
+		// A failure to ask proves nothing either way. An outage of the API
+		// server is said by the health's watch of the views; what else
+		// fails to answer is the runtime.
+		if ctx.Err() == nil && len(d.views.Problems()) == 0 && d.cfg.Liveness.Runtime() {
+			d.health.set(time.Now(), sourceRuntime, err)
+		}
 		d.log.Debug("cannot prove the views now", "error", err)
 		return err
+	}
+	if d.cfg.Liveness.Runtime() {
+		d.health.clear(time.Now(), sourceRuntime)
 	}
 	d.setProven(err)
 	return err

@@ -27,10 +27,17 @@ func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- erro
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case !d.synced.Load():
-			http.Error(w, "not synced", http.StatusServiceUnavailable)
+			why := d.health.reason()
+			if why == "" {
+				why = "waiting for the first list of the node's pods"
+				if d.views.Pods() == nil {
+					why = "waiting for the container runtime's first answer"
+				}
+			}
+			http.Error(w, "not synced: "+why, http.StatusServiceUnavailable)
 			return
 		case !d.proven.Load():
-			http.Error(w, "the views are not proven to be this node's: see the log", http.StatusServiceUnavailable)
+			http.Error(w, "the views are not proven to be this node's: "+d.proofReason(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -28,10 +28,12 @@ func NodeSelector(node string) string {
 
 // ListNodePods lists the pods bound to node in one LIST request (metadata
 // only), retrying until it succeeds or timeout passes. The result is a
-// complete view at one resource version, so it is always synced. The first
-// failure is logged at once (log may be nil), and an error names the last
-// failure of a request, not the deadline that ended the retries: "connection
-// refused" says more than "rate limiter Wait returned an error".
+// complete view at one resource version, so it is always synced. A failure
+// that retrying will not cure (Permanent: a refused connection, refused
+// credentials) ends it at once, with a hint; another is logged at once (log
+// may be nil) and retried, and an error names the last failure of a
+// request, not the deadline that ended the retries: "connection refused"
+// says more than "rate limiter Wait returned an error".
 func ListNodePods(ctx context.Context, client metadata.Interface, node string, timeout time.Duration, log *slog.Logger) (*prune.PodSet, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -44,6 +46,11 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 		if err != nil {
 			if lastErr != nil && deadlineError(ctx, err) {
 				return false, nil // the deadline, not the API server
+			}
+			if Permanent(err) {
+				// Retrying until the timeout would only make the operator
+				// wait for the same answer.
+				return false, WithHint(err)
 			}
 			if lastErr == nil && log != nil {
 				log.Warn("cannot list the node's pods; retrying", "timeout", timeout, "error", err)
@@ -59,10 +66,10 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 		return true, nil
 	})
 	if err != nil {
-		if lastErr != nil {
-			err = lastErr
+		if deadlineError(ctx, err) && lastErr != nil {
+			return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, WithHint(lastErr))
 		}
-		return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, err)
+		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
 	return prune.NewPodSet(pods), nil
 }

@@ -282,6 +282,36 @@ func (v *Views) Pods() *PodView { return v.pods }
 // liveness.
 func (v *Views) Runtime() *cri.Client { return v.runtime }
 
+// Problem is a source that a view cannot follow now, and why.
+type Problem struct {
+	// Source is what the view follows: SourcePods or SourceNode.
+	Source string
+	// Err is the view's last list or watch error, with a hint where one
+	// helps (WithHint).
+	Err error
+}
+
+// The sources of Problem.
+const (
+	SourcePods = "pods" // the node's pods, from the API server
+	SourceNode = "node" // the node's Node object, from the API server
+)
+
+// Problems returns the views that follow the API server and are not fresh
+// now, with why; nil when all are. A view is not fresh for a moment at
+// every renewal of its watch, so a caller waits before it calls a problem
+// an outage.
+func (v *Views) Problems() []Problem {
+	var ps []Problem
+	if v.pods != nil && !v.pods.Synced() {
+		ps = append(ps, Problem{Source: SourcePods, Err: WithHint(v.pods.LastError())})
+	}
+	if v.nodeWatch != nil && !v.nodeWatch.Synced() {
+		ps = append(ps, Problem{Source: SourceNode, Err: WithHint(v.nodeWatch.LastError())})
+	}
+	return ps
+}
+
 // Unheld says which views and witnesses do not hold now, for a log line
 // that tells why a run stopped; nil when all hold.
 func (v *Views) Unheld() error {

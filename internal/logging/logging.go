@@ -121,6 +121,12 @@ func (h klogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == featureGateDefault {
 		return nil
 	}
+	if r.Level < slog.LevelInfo {
+		// logr's V(n) arrives as level -n: DEBUG+3 for V(1), DEBUG-2 for
+		// V(6). Those say nothing to an operator; all verbose klog lines
+		// are DEBUG, and --log-level=debug shows them up to V(4).
+		r.Level = slog.LevelDebug
+	}
 	return h.Handler.Handle(ctx, r)
 }
 

@@ -53,7 +53,15 @@ func TestSetupRoutesKlog(t *testing.T) {
 			func() {
 				klog.Background().V(1).Info("Feature gate updated state", "feature", "WatchListClient", "enabled", false)
 			},
-			map[string]any{"level": "DEBUG+3", "msg": "Feature gate updated state", "feature": "WatchListClient"}},
+			map[string]any{"level": "DEBUG", "msg": "Feature gate updated state", "feature": "WatchListClient"}},
+		{"a reflector's V(2) failure is DEBUG, not DEBUG+2", "debug",
+			func() {
+				klog.Background().V(2).Info("watch-list failed - backing off", "reflector", "sweep-node-pods")
+			},
+			map[string]any{"level": "DEBUG", "msg": "watch-list failed - backing off"}},
+		{"V(6) stays out of debug", "debug",
+			func() { klog.Background().V(6).Info("very verbose") },
+			nil},
 		{"info", "info",
 			func() { klog.InfoS("Caches populated", "type", "*v1.PartialObjectMetadata") },
 			map[string]any{"level": "INFO", "msg": "Caches populated", "type": "*v1.PartialObjectMetadata"}},
