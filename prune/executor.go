@@ -102,8 +102,11 @@ func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
 			"logged", maxFileWarnings, "not_logged", n-maxFileWarnings)
 	}
 	if n := e.removals.Load(); n > maxRemovalLogs {
-		opts.Logger.Info("more files removed than logged; see the summary's counts, or --log-level=debug for each",
-			"logged", maxRemovalLogs, "not_logged", n-maxRemovalLogs)
+		msg := "more files removed than logged; see the summary's counts, or --log-level=debug for each"
+		if opts.DryRun {
+			msg = "more files would be removed than logged; see the summary's counts, or --log-level=debug for each"
+		}
+		opts.Logger.Info(msg, "logged", maxRemovalLogs, "not_logged", n-maxRemovalLogs)
 	}
 	return sum, err
 }
@@ -129,8 +132,8 @@ type executor struct {
 	// fileWarnings counts the per-file warnings of the run, so that a
 	// read-only or failing filesystem does not log a line per file.
 	fileWarnings atomic.Int64
-	// removals counts the removals of a real run, so that the first
-	// maxRemovalLogs are logged at info level.
+	// removals counts the removals (in a dry run, the would-be removals),
+	// so that the first maxRemovalLogs are logged at info level.
 	removals atomic.Int64
 	// The CNI DELs so far, for the progress log; each worker also counts
 	// its own for the summary.
@@ -167,10 +170,11 @@ type executor struct {
 	dryNamed map[SandboxID]struct{}
 }
 
-// maxRemovalLogs is how many removals a real run logs at info level, each
-// with its file, pod and reason: the record of what went, bounded so that a
-// run over a large leak does not flood the log. The rest are logged at
-// debug level and counted in the summary.
+// maxRemovalLogs is how many removals a run logs at info level, each with
+// its file, pod and reason: the record of what went (in a dry run, of what
+// would go, so that a dry-run daemon shows at its default level what it
+// would do), bounded so that a run over a large leak does not flood the
+// log. The rest are logged at debug level and counted in the summary.
 const maxRemovalLogs = 100
 
 // maxFileWarnings is how many per-file problems a run logs at warning level;

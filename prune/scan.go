@@ -278,14 +278,15 @@ func (w *worker) record(f File, d Decision) {
 	w.report(f, d)
 }
 
-// report logs the outcome d of the file f and passes it to OnFile. A real
-// run's removals are its record of what went: the first maxRemovalLogs at
-// info level, the rest, and every other outcome, at debug level.
+// report logs the outcome d of the file f and passes it to OnFile. A run's
+// removals (a dry run's would-be removals) are its record of what went: the
+// first maxRemovalLogs at info level, the rest, and every other outcome, at
+// debug level.
 func (w *worker) report(f File, d Decision) {
 	e := w.e
 	f.Remove, f.Reason, f.DryRun = d.Remove, d.Reason, e.opts.DryRun
 	level := slog.LevelDebug
-	if d.Remove && !e.opts.DryRun && e.removals.Add(1) <= maxRemovalLogs {
+	if d.Remove && e.removals.Add(1) <= maxRemovalLogs {
 		level = slog.LevelInfo
 	}
 	if level == slog.LevelInfo || e.debug {

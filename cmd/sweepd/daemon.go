@@ -15,12 +15,8 @@ schedule, serve metrics and health, and run the uninstall cleanup when its
 config appears.`,
 		Args: noArgs,
 	}
-	fs := cmd.Flags()
-	schedule := fs.String("schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
-	onStart := fs.Bool("prune-on-start", true, "prune right after the first sync of the node's pods")
-	addr := fs.String("metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
-	p := addPruneFlags(cmd, true)
-	u := addDaemonUninstallFlags(cmd)
+	f := addDaemonFlags(cmd)
+	schedule, onStart, addr, p, u := &f.schedule, &f.onStart, &f.addr, f.prune, f.uninstall
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		cfg := p.config(e)
@@ -46,4 +42,27 @@ config appears.`,
 		return nil
 	}
 	return cmd
+}
+
+// daemonCmdFlags are the flags of `sweepd daemon`.
+type daemonCmdFlags struct {
+	schedule  string
+	onStart   bool
+	addr      string
+	prune     *pruneFlags
+	uninstall *daemonUninstallFlags
+}
+
+// addDaemonFlags adds the daemon's flags to cmd: the daemon's command, or
+// the one `sweepd prune --from-daemon` parses a running daemon's command
+// line with.
+func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
+	f := &daemonCmdFlags{}
+	fs := cmd.Flags()
+	fs.StringVar(&f.schedule, "schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
+	fs.BoolVar(&f.onStart, "prune-on-start", true, "prune right after the first sync of the node's pods")
+	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
+	f.prune = addPruneFlags(cmd, true)
+	f.uninstall = addDaemonUninstallFlags(cmd)
+	return f
 }

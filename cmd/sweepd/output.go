@@ -72,13 +72,20 @@ type printer struct {
 	dryRun bool
 	// now is the clock of the ages in the tables.
 	now func() time.Time
-	// rows are the tables' rows.
-	rows []tableRow
+	// rows are the tables' rows, at most limit of them (0: no limit);
+	// unlisted counts the files past it.
+	rows     []tableRow
+	limit    int
+	unlisted int
 	// n counts the files written by JSON or YAML; err is their first
 	// write error, after which nothing more is written.
 	n   int
 	err error
 }
+
+// defaultTableLimit is how many files a table lists by default: enough to
+// see what a run does, few enough to read and to hold in a few KiB each.
+const defaultTableLimit = 1000
 
 // newPrinter returns a printer of format to w.
 func newPrinter(w io.Writer, format, dir string, dryRun bool, now func() time.Time) *printer {
@@ -92,12 +99,18 @@ func (p *printer) lists() bool { return p.format != outputText }
 // file takes one file's outcome. The prune calls it one file at a time.
 func (p *printer) file(f prune.File) {
 	switch p.format {
-	case outputTable:
-		if f.Remove {
-			p.rows = append(p.rows, newTableRow(f, false))
+	case outputTable, outputWide:
+		if p.format == outputTable && !f.Remove {
+			return
 		}
-	case outputWide:
-		p.rows = append(p.rows, newTableRow(f, true))
+		if p.limit > 0 && len(p.rows) >= p.limit {
+			// A table is aligned and sorted at the end, so it is held in
+			// memory: bounded, for a node with a backlog of 300,000 files
+			// that a dry run in the daemon's container must not OOM.
+			p.unlisted++
+			return
+		}
+		p.rows = append(p.rows, newTableRow(f, p.format == outputWide))
 	case outputJSON, outputYAML:
 		if p.err == nil {
 			p.err = p.writeRow(f)
@@ -132,6 +145,12 @@ func (p *printer) writeText(sum *prune.Summary, runErr error) error {
 	if len(p.rows) > 0 {
 		if err := p.writeTable(); err != nil {
 			return err
+		}
+		if p.unlisted > 0 {
+			if _, err := fmt.Fprintf(p.w, "... and %d more files, not listed (--limit %d; -o json or -o yaml lists every file, streaming)\n",
+				p.unlisted, p.limit); err != nil {
+				return err
+			}
 		}
 		if _, err := io.WriteString(p.w, "\n"); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,12 +134,40 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		Args: noArgs,
 	}
 	p := addPruneFlags(cmd, false)
-	var output string
+	var (
+		output     string
+		limit      int
+		fromDaemon bool
+		daemonPID  int
+	)
 	cmd.Flags().VarP(choiceValue{p: &output, choices: []string{outputTable, outputWide, outputJSON, outputYAML, outputText}},
 		"output", "o", outputUsage)
+	cmd.Flags().IntVar(&limit, "limit", defaultTableLimit, "with -o table or wide, list at most this many files and count the rest (0: no limit); -o json and yaml list every file, streaming")
+	cmd.Flags().BoolVar(&fromDaemon, "from-daemon", false, "decide exactly as this node's running sweepd daemon: take every setting from its command line (found in /proc: in its container, or on the node of its systemd unit) and report what it would remove now; implies --dry-run")
+	cmd.Flags().IntVar(&daemonPID, "daemon-pid", 0, "with --from-daemon, the daemon's process ID; default the daemon of this container or host")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
+		if limit < 0 {
+			return usagef("--limit %d: must not be negative", limit)
+		}
 		cfg := p.config(e)
+		if fromDaemon {
+			if err := checkFromDaemonFlags(cmd); err != nil {
+				return err
+			}
+			d, err := findDaemon("/proc", daemonPID)
+			if err != nil {
+				e.log.Error("nothing decided", "error", err)
+				return exitStatus(exitFail)
+			}
+			if cfg, err = d.config(e); err != nil {
+				e.log.Error("nothing decided", "error", err)
+				return exitStatus(exitFail)
+			}
+			e.log.Info("deciding as the running daemon", "pid", d.pid, "args", strings.Join(d.args, " "))
+		} else if cmd.Flags().Changed("daemon-pid") {
+			return usagef("--daemon-pid: only with --from-daemon")
+		}
 		format, err := parseOutput(output, cfg.Prune.DryRun)
 		if err != nil {
 			return usageError{err}
@@ -151,6 +180,7 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 			log = log.With("node", cfg.NodeName)
 		}
 		out := newPrinter(e.stdout, format, cfg.Prune.Dir, cfg.Prune.DryRun, time.Now)
+		out.limit = limit
 		// fail ends a run that deleted nothing: the log says why, and so
 		// does the output in JSON or YAML.
 		fail := func(err error) error {

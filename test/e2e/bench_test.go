@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,4 +153,51 @@ func peakRSS(b *testing.B, file string) int64 {
 		b.Fatalf("GNU time output %q: %v", data, err)
 	}
 	return kib
+}
+
+// BenchmarkDryRunMemory is the memory of the dry run an operator runs in the
+// daemon's container on a node with a backlog (issue 34: 300,000 files, as
+// in multus issue #1488): `sweepd prune --dry-run` prints a table, which it
+// holds in memory to align and sort. It reports sweepd's peak RSS with the
+// default --limit and with --limit 0 (every file in the table), against a
+// real API server. Example:
+//
+//	go test -run x -bench 'DryRunMemory' -benchtime 1x ./test/e2e/
+func BenchmarkDryRunMemory(b *testing.B) {
+	sweepd := testbin.Build(b, "./cmd/sweepd")
+	cp := controlplane.Start(b)
+	cs := cp.Clientset(b)
+	ensureServiceAccount(b, cs, "default")
+	live := make([]multuscache.Pod, 110)
+	for i := range live {
+		name := fmt.Sprintf("live-%d", i)
+		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(b, cs, "default", name, "node-a")}
+	}
+	base, err := os.MkdirTemp("/dev/shm", "sweep-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "multus")
+	if err := multuscache.Node(dir, 100000, live, time.Now().Add(-time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	predateViews()
+	rssFile := filepath.Join(b.TempDir(), "rss")
+	for _, limit := range []string{"1000", "0"} {
+		b.Run("limit="+limit, func(b *testing.B) {
+			var maxRSS int64
+			for b.Loop() {
+				cmd := exec.Command("/usr/bin/time", "-f", "%M", "-o", rssFile, sweepd, "prune", "--dry-run", "--limit="+limit,
+					"--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1m", "--log-level=warn")
+				var stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+				if err := cmd.Run(); err != nil {
+					b.Fatalf("%v: %s", err, stderr.String())
+				}
+				maxRSS = max(maxRSS, peakRSS(b, rssFile))
+			}
+			b.ReportMetric(float64(maxRSS)/1024, "sweepd-peak-RSS-MiB")
+		})
+	}
 }

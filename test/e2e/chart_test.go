@@ -753,7 +753,7 @@ func TestChartApply(t *testing.T) {
 		want  []string
 	}{
 		{nil, []string{"DaemonSet rel-sweep in namespace sweep-system", "rollout status daemonset/rel-sweep", "port 9742",
-			"exec ds/rel-sweep -- /sweepd prune --dry-run"}},
+			"exec ds/rel-sweep -- /sweepd prune --from-daemon"}},
 		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "ConfigMap sweep-all-dashboard\nin namespace sweep-system holds a Grafana dashboard", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
 	} {
 		args := append([]string{"install", chartRelease, chartCopy, "--namespace", chartNamespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)

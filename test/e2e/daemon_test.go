@@ -207,6 +207,12 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before sync = %d, want 503", code)
 	}
+	// It says why (issue 34): the API server, and the refused connection.
+	framework.Eventually(t, 10*time.Second, "/readyz naming the API server", func() bool {
+		code, body := d.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "not synced: api-server: ") &&
+			strings.Contains(body, "did you specify the right host or port?")
+	})
 	time.Sleep(2 * time.Second)
 	if !allExist(stale) {
 		t.Fatal("pruned before the first sync")
