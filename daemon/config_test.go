@@ -38,6 +38,9 @@ func TestValidateFields(t *testing.T) {
 		{"host-local release with api liveness", func(c *Config) {
 			c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = []string{"/var/lib/cni/networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},
+		{"host-local release with api liveness and no network: the liveness is said first", func(c *Config) {
+			c.Prune.HostLocalDirs = []string{"/var/lib/cni/networks"}
+		}, "Prune.HostLocalDirs"},
 		{"host-local release with both", func(c *Config) {
 			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
 		}, ""},

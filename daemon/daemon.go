@@ -153,9 +153,6 @@ func (c Config) Validate() error {
 	if c.NodeName == "" && c.Liveness != liveness.ModeCRI {
 		return fieldError("NodeName", "node name is required")
 	}
-	if err := c.Prune.Validate(); err != nil {
-		return wrapField("Prune", err)
-	}
 	if c.Prune.MinAge < MinInterval && !c.AllowShortIntervals {
 		return fieldError("Prune.MinAge", "%s is under the floor of %s: a CNI ADD may still be running on files that young "+
 			"(allow shorter ones for tests and demos only)", c.Prune.MinAge, MinInterval)
@@ -205,6 +202,11 @@ func (c Config) Validate() error {
 				"the runtime lists a sandbox only after its ADD, which may take twice the kubelet's runtimeRequestTimeout "+
 				"(a raised timeout needs 2 x it + 1m)", c.Prune.MinAge, HostLocalMinAge)
 		}
+	}
+	// After the rules above, which say first what a field needs of the
+	// daemon's other settings (as --liveness for host-local's release).
+	if err := c.Prune.Validate(); err != nil {
+		return wrapField("Prune", err)
 	}
 	if c.Prune.RuntimeDir != "" && c.CNIDel != nil && !c.Liveness.Runtime() {
 		// A pod force-deleted from the API server may still run: the DEL
