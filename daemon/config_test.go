@@ -16,7 +16,7 @@ import (
 // TestValidateFields checks that each refusal names its field, which the
 // command maps to a flag.
 func TestValidateFields(t *testing.T) {
-	ok := Config{NodeName: "n", Prune: prune.Config{MinAge: time.Hour}, CRITimeout: time.Second}
+	ok := Config{NodeName: "n", Prune: prune.Config{Dir: "/var/lib/cni/multus", MinAge: time.Hour}, CRITimeout: time.Second}
 	tests := []struct {
 		name  string
 		mod   func(*Config)
@@ -27,6 +27,11 @@ func TestValidateFields(t *testing.T) {
 		{"no node", func(c *Config) { c.NodeName = "" }, "NodeName"},
 		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = liveness.ModeBoth, "/run/x.sock" }, "CRIEndpoint"},
 		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = liveness.ModeBoth, -time.Second }, "CRITimeout"},
+		{"no cache directory", func(c *Config) { c.Prune.Dir = "" }, "Prune.Dir"},
+		{"negative workers", func(c *Config) { c.Prune.Workers = -3 }, "Prune.Workers"},
+		{"metrics address without a port", func(c *Config) { c.MetricsAddr = "localhost" }, "MetricsAddr"},
+		{"metrics address with a port out of range", func(c *Config) { c.MetricsAddr = ":97420" }, "MetricsAddr"},
+		{"metrics address", func(c *Config) { c.MetricsAddr = "127.0.0.1:9742" }, ""},
 		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
 		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},

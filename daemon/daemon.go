@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +158,11 @@ func (c Config) Validate() error {
 	if c.Prune.MinAge < MinInterval && !c.AllowShortIntervals {
 		return fieldError("Prune.MinAge", "%s is under the floor of %s: a CNI ADD may still be running on files that young "+
 			"(allow shorter ones for tests and demos only)", c.Prune.MinAge, MinInterval)
+	}
+	if c.MetricsAddr != "" {
+		if err := checkListenAddr(c.MetricsAddr); err != nil {
+			return fieldError("MetricsAddr", "%q: %w", c.MetricsAddr, err)
+		}
 	}
 	if c.Schedule != "" {
 		sched, err := cron.ParseStandard(c.Schedule)
@@ -850,4 +857,17 @@ func (d *Daemon) staleReason() error {
 		return err
 	}
 	return errors.New("a view went stale during the run, and is fresh again")
+}
+
+// checkListenAddr checks a listen address, HOST:PORT or :PORT, before
+// anything starts: a typo is a usage error, not a daemon that fails later.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }

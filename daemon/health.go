@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sweep-k8s/sweep/internal/kubehint"
 	"github.com/sweep-k8s/sweep/liveness"
 )
 
@@ -69,7 +70,7 @@ func (h *health) set(now time.Time, source string, err error) {
 	}
 	o.told = now
 	args := []any{"source", source, "since", o.since.UTC().Format(time.RFC3339), "error", err}
-	if hint := liveness.Hint(err); hint != "" && !strings.Contains(err.Error(), hint) {
+	if hint := kubehint.Hint(err); hint != "" && !strings.Contains(err.Error(), hint) {
 		args = append(args, "hint", hint)
 	}
 	h.log.Warn(msg, args...)

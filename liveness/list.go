@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 
+	"github.com/sweep-k8s/sweep/internal/kubehint"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -47,10 +48,10 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 			if lastErr != nil && deadlineError(ctx, err) {
 				return false, nil // the deadline, not the API server
 			}
-			if Permanent(err) {
+			if kubehint.Permanent(err) {
 				// Retrying until the timeout would only make the operator
 				// wait for the same answer.
-				return false, WithHint(err)
+				return false, kubehint.WithHint(err)
 			}
 			if lastErr == nil && log != nil {
 				log.Warn("cannot list the node's pods; retrying", "timeout", timeout, "error", err)
@@ -67,7 +68,7 @@ func ListNodePods(ctx context.Context, client metadata.Interface, node string, t
 	})
 	if err != nil {
 		if deadlineError(ctx, err) && lastErr != nil {
-			return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, WithHint(lastErr))
+			return nil, fmt.Errorf("list pods on node %s within %s: %w", node, timeout, kubehint.WithHint(lastErr))
 		}
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}

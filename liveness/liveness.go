@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cri"
+	"github.com/sweep-k8s/sweep/internal/kubehint"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -304,10 +305,10 @@ const (
 func (v *Views) Problems() []Problem {
 	var ps []Problem
 	if v.pods != nil && !v.pods.Synced() {
-		ps = append(ps, Problem{Source: SourcePods, Err: WithHint(v.pods.LastError())})
+		ps = append(ps, Problem{Source: SourcePods, Err: kubehint.WithHint(v.pods.LastError())})
 	}
 	if v.nodeWatch != nil && !v.nodeWatch.Synced() {
-		ps = append(ps, Problem{Source: SourceNode, Err: WithHint(v.nodeWatch.LastError())})
+		ps = append(ps, Problem{Source: SourceNode, Err: kubehint.WithHint(v.nodeWatch.LastError())})
 	}
 	return ps
 }

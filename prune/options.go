@@ -88,6 +88,12 @@ var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 // Validate checks the configuration without touching anything. Errors are
 // *field.Error naming the field ("MinAge", "HostLocalDirs", ...).
 func (c Config) Validate() error {
+	if c.Dir == "" {
+		return field.Errorf("Dir", "a cache directory is required")
+	}
+	if c.Workers < 0 {
+		return field.Errorf("Workers", "must not be negative (0: one per CPU)")
+	}
 	if c.MinAge < 0 {
 		return field.Errorf("MinAge", "must not be negative")
 	}

@@ -21,6 +21,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero", func(*prune.Config) {}, ""},
 		{"host-local", hostLocal, ""},
 		{"negative min age", func(c *prune.Config) { c.MinAge = -time.Second }, "MinAge"},
+		{"no directory", func(c *prune.Config) { c.Dir = "" }, "Dir"},
+		{"negative workers", func(c *prune.Config) { c.Workers = -3 }, "Workers"},
 		{"relative host-local dir", func(c *prune.Config) { hostLocal(c); c.HostLocalDirs = []string{"networks"} }, "HostLocalDirs"},
 		{"host-local dir without networks", func(c *prune.Config) { hostLocal(c); c.HostLocalNetworks = nil }, "HostLocalNetworks"},
 		{"networks without a dir", func(c *prune.Config) { c.HostLocalNetworks = []string{"net1"} }, "HostLocalNetworks"},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 	// package registers itself, which is the only way client-go offers.
 	_ "k8s.io/client-go/plugin/pkg/client/auth/oidc"
 
+	"github.com/sweep-k8s/sweep/internal/kubehint"
 	"github.com/sweep-k8s/sweep/transient"
 )
 
@@ -92,10 +94,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := NewCmdCreateTransientConfigMap(genericiooptions.IOStreams{In: os.Stdin, Out: stdout, ErrOut: stderr})
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
+		// kubectl's hint for what a failed request means: "did you specify
+		// the right host or port?" when no kubeconfig sent it to
+		// localhost:8080.
+		fmt.Fprintf(stderr, "error: %v\n", kubehint.WithHint(err))
 		var ue usageError
 		switch {
 		case errors.As(err, &ue):
+			if strings.Contains(err.Error(), "\n") {
+				fmt.Fprintln(stderr)
+			}
 			fmt.Fprintf(stderr, "See '%s --help' for usage.\n", cmd.DisplayName())
 			return exitUsage
 		case errors.Is(err, transient.ErrInterrupted):

@@ -34,13 +34,17 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "bad job-from", args: append([]string{"cfg", "--job-name=j", "--job-from=deployment/x"}, offline...), want: exitUsage, wantStderr: "only cronjob/NAME"},
 		{name: "command without image", args: append([]string{"cfg", "--job-name=j", "--job-from=cronjob/x", "--", "sh"}, offline...), want: exitUsage, wantStderr: "a command after -- needs --job-image"},
 		{name: "unknown flag", args: []string{"cfg", "--bogus"}, want: exitUsage, wantStderr: "unknown flag: --bogus"},
+		{name: "kubectl create job's --from", args: []string{"cfg", "--job-name=j", "--from=cronjob/x"}, want: exitUsage,
+			wantStderr: "unknown flag: --from\n\nDid you mean this?\n\t--job-from\n"},
+		{name: "API server refuses: kubectl's hint", args: append(append([]string{"cfg", "--job-name=j", "--job-image=busybox"}, offline...), "--", "true"), want: exitFail,
+			wantStderr: "the connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?"},
 		{name: "bad literal", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--from-literal=novalue"}, offline...), want: exitUsage, wantStderr: "expected key=value"},
 		{name: "bad log level", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--log-level=loud"}, offline...), want: exitUsage, wantStderr: "invalid --log-level"},
 		{name: "negative timeout", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--timeout=-1s"}, offline...), want: exitUsage, wantStderr: "--timeout must not be negative"},
 		{name: "API server unreachable", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--", "true"}, offline...), want: exitFail, wantStderr: "error: create job:"},
 		// -v is kubectl's verbosity: at 6 client-go logs each request as
 		// kubectl does (through klog into the command's log handler, at level
-		// DEBUG-2, which is slog's -6); --version keeps its long name only.
+		// DEBUG); --version keeps its long name only.
 		{name: "-v=6 logs the requests", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v=6"}, offline...), want: exitFail, wantStderr: `msg=Response verb=POST url="https://127.0.0.1:1/apis/batch/v1/namespaces/ns/jobs`},
 		{name: "-v 4 logs debug diagnostics", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "-v", "4"}, offline...), want: exitFail, wantStderr: `level=DEBUG msg="create job"`},
 		{name: "--v=2 is the long form", args: append([]string{"cfg", "--job-name=j", "--job-image=busybox", "--v=2"}, offline...), want: exitFail, wantStderr: "error: create job:"},

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
+	"github.com/sweep-k8s/sweep/internal/suggest"
 	"github.com/sweep-k8s/sweep/internal/version"
 	"github.com/sweep-k8s/sweep/transient"
 )
@@ -95,7 +98,15 @@ or SIGTERM; the Job is deleted first).`,
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		var ne *pflag.NotExistError
+		if errors.As(err, &ne) && ne.GetSpecifiedName() != "" {
+			if s := suggest.Flags(c.Flags(), ne.GetSpecifiedName()); len(s) > 0 {
+				return usageError{fmt.Errorf("%w\n\nDid you mean this?\n\t--%s", err, strings.Join(s, "\n\t--"))}
+			}
+		}
+		return usageError{err}
+	})
 	o.addFlags(cmd)
 	return cmd
 }

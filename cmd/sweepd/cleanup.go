@@ -21,6 +21,14 @@ drop-in for spectro-cleanup, whose entry point /cleanup in the image is this
 command: its flags keep spectro-cleanup's names and units (whole seconds),
 and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 -grpc-port 8080) are taken too.`,
+		Example: `  # As spectro-cleanup's Job runs it (the image's entry point is /cleanup)
+  /cleanup --cleanup-timeout-seconds=600 --blocking-deletion=false
+
+  # Delete nothing, say what would go
+  sweepd cleanup --config-dir=/tmp/spectro-cleanup --dry-run
+
+  # Then delete the Job's own Pod and its RBAC
+  sweepd cleanup --self-name=$POD_NAME --self-gvr=/v1/pods --self-namespace=$POD_NAMESPACE`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()

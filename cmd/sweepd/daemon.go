@@ -13,6 +13,14 @@ func daemonCommand(e *env) *cobra.Command {
 		Long: `Run the node daemon: watch the node's pods, prune the multus cache on a
 schedule, serve metrics and health, and run the uninstall cleanup when its
 config appears.`,
+		Example: `  # What the chart runs: the node's pods from the API server, hourly
+  sweepd daemon --node-name=$NODE_NAME --pod-uid=$POD_UID --state-dir=/var/lib/sweep
+
+  # A bare node without API access: the container runtime decides
+  sweepd daemon --liveness=cri --cri-endpoint=unix:///run/containerd/containerd.sock
+
+  # First rollout: decide and report, remove nothing
+  sweepd daemon --node-name=node-a --dry-run --schedule="@every 30m"`,
 		Args: noArgs,
 	}
 	f := addDaemonFlags(cmd)

@@ -55,7 +55,8 @@ func daemonFlags() map[string]string {
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
 		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
-		"Prune.HostLocalNetworks": "release-host-local-network",
+		"Prune.HostLocalNetworks": "release-host-local-network", "Prune.Dir": "multus-dir", "Prune.Workers": "workers",
+		"MetricsAddr": "metrics-addr",
 	}
 }
 
@@ -131,6 +132,17 @@ func pruneCommand(e *env) *cobra.Command {
 		Short: "Run one prune cycle of the multus cache and exit",
 		Long: `Run one prune cycle of the multus cache and exit: remove the cache files of
 sandboxes that are gone, and report what was removed, kept and why.`,
+		Example: `  # What the daemon of this node would remove now, with its own settings
+  kubectl -n sweep-system exec ds/sweep -- /sweepd prune --from-daemon
+
+  # Every file, kept ones too, with the reason
+  sweepd prune --node-name=node-a --dry-run -o wide
+
+  # Prune now, and release the leaked addresses with CNI DEL
+  sweepd prune --node-name=node-a --liveness=both --cni-del
+
+  # The same decisions as JSON, one object, streamed
+  sweepd prune --node-name=node-a --dry-run -o json`,
 		Args: noArgs,
 	}
 	p := addPruneFlags(cmd, false)

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/sweep-k8s/sweep/internal/logging"
+	"github.com/sweep-k8s/sweep/internal/suggest"
 )
 
 // env is what every subcommand gets: the logger that the global flags
@@ -117,9 +120,6 @@ Exit status: 0 ok, 1 failure, 2 usage error or refused configuration.`,
 			return nil
 		},
 	}
-	// Cobra's `completion` command would be a sixth command that nobody
-	// runs on a node; the kubectl plugin does without it too.
-	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetUsageFunc(writeUsage)
@@ -142,7 +142,39 @@ Exit status: 0 ok, 1 failure, 2 usage error or refused configuration.`,
 		uninstallCommand(e),
 		versionCommand(e),
 	)
+	// Cobra's `completion bash|zsh|fish|powershell`, as kubectl has it;
+	// the flags that take one of a few words complete them.
+	root.CompletionOptions.HiddenDefaultCmd = false
+	completeChoices(root)
 	return root
+}
+
+// completeChoices makes every flag of cmd and its subcommands that takes
+// one of a few words complete them.
+func completeChoices(cmd *cobra.Command) {
+	register := func(fs *pflag.FlagSet) {
+		fs.VisitAll(func(f *pflag.Flag) {
+			var words []string
+			switch v := f.Value.(type) {
+			case choiceValue:
+				words = v.choices
+			case levelValue:
+				words = []string{"debug", "info", "warn", "error"}
+			default:
+				if f.Name == "liveness" {
+					words = []string{"api", "cri", "both"}
+				}
+			}
+			if words != nil {
+				_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(words, cobra.ShellCompDirectiveNoFileComp))
+			}
+		})
+	}
+	register(cmd.LocalNonPersistentFlags())
+	register(cmd.PersistentFlags())
+	for _, sub := range cmd.Commands() {
+		completeChoices(sub)
+	}
 }
 
 // noArgs refuses positional arguments: every sweepd command takes flags only.
@@ -164,6 +196,11 @@ func flagSyntaxError(cmd *cobra.Command, err error) error {
 			return usagef("%w (a long flag takes two dashes: --%s)", err, name)
 		}
 	}
+	if errors.As(err, &ne) && ne.GetSpecifiedName() != "" {
+		if s := suggest.Flags(cmd.Flags(), ne.GetSpecifiedName()); len(s) > 0 {
+			return usagef("%w\n\nDid you mean this?\n\t--%s", err, strings.Join(s, "\n\t--"))
+		}
+	}
 	return usageError{err}
 }
 
@@ -171,6 +208,7 @@ func flagSyntaxError(cmd *cobra.Command, err error) error {
 // addFlagGroup: the flags of no section first, under "Flags".
 func writeUsage(c *cobra.Command) error {
 	w := c.OutOrStderr()
+	width := helpWidth(w)
 	fmt.Fprint(w, "Usage:")
 	if c.HasAvailableSubCommands() {
 		fmt.Fprintf(w, "\n  %s [command]", c.CommandPath())
@@ -202,15 +240,29 @@ func writeUsage(c *cobra.Command) error {
 	})
 	for _, t := range append([]string{"Flags"}, titles...) {
 		if fs := sections[t]; t != "" && fs.HasAvailableFlags() {
-			fmt.Fprintf(w, "\n\n%s:\n%s", t, strings.TrimRight(fs.FlagUsages(), " \n"))
+			fmt.Fprintf(w, "\n\n%s:\n%s", t, strings.TrimRight(fs.FlagUsagesWrapped(width), " \n"))
 		}
 	}
 	if c.HasAvailableInheritedFlags() && c.Annotations[noGlobalFlags] == "" {
-		fmt.Fprintf(w, "\n\nGlobal Flags:\n%s", strings.TrimRight(c.InheritedFlags().FlagUsages(), " \n"))
+		fmt.Fprintf(w, "\n\nGlobal Flags:\n%s", strings.TrimRight(c.InheritedFlags().FlagUsagesWrapped(width), " \n"))
 	}
 	if c.HasAvailableSubCommands() {
 		fmt.Fprintf(w, "\n\nUse \"%s <command> --help\" for more information about a command.", c.CommandPath())
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// helpWidth is the width help wraps its flags' descriptions to, as kubectl
+// does: the terminal's, else $COLUMNS, else 80.
+func helpWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
+			return cols
+		}
+	}
+	if cols, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && cols > 0 {
+		return cols
+	}
+	return 80
 }

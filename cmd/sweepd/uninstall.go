@@ -27,13 +27,16 @@ func uninstallCommand(e *env) *cobra.Command {
 		Long: `Hand the uninstall config to the daemons and wait until every node is clean
 and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 1 names what is left.`,
+		Example: `  # What the chart's pre-delete hook runs
+  sweepd uninstall -n sweep-system --configmap=sweep-cleanup --daemonset=sweep \
+      --cluster-role-name=sweep --cluster-role-binding-name=sweep`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()
 	kube := addKubeFlags(fs)
 	var o hook.RequestOptions
 	var sourceDir string
-	fs.StringVar(&o.Self.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
+	fs.StringVarP(&o.Self.Namespace, "namespace", "n", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
 	fs.StringVar(&o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
 	fs.StringVar(&o.Self.Name, "daemonset", "", "name of the daemons' DaemonSet")
 	addRBACFlags(fs, &o.Self, cleanup.Self{}, "the DaemonSet", true)

@@ -112,6 +112,14 @@ func pluginPATH(t *testing.T) string {
 			return
 		}
 		t.Logf("built %s in %s", pluginName, time.Since(start).Round(time.Millisecond))
+		// kubectl's completion executable for the plugin, as the release
+		// archive installs it beside the plugin.
+		shim := "kubectl_complete-create-transient_configmap"
+		data, err := os.ReadFile(filepath.Join("..", "..", "..", "cmd", pluginName, shim))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(pluginDir, shim), data, 0o755)
+		}
+		pluginErr = err
 	})
 	if pluginErr != nil {
 		t.Fatal(pluginErr)
@@ -1223,4 +1231,30 @@ func TestPluginSurvivesAPIServerRestart(t *testing.T) {
 	}
 	wantLines(t, r.stdout.String(), `job.batch/manual condition met \(Complete\)`, `configmap/cfg deleted`)
 	c.checkClean(t, ns, 10*time.Second)
+}
+
+// TestPluginCompletionShim: kubectl_complete-create-transient_configmap,
+// called with the plugin's arguments as kubectl calls a plugin's completion
+// executable, completes the plugin's flags and their values.
+func TestPluginCompletionShim(t *testing.T) {
+	dir := pluginPATH(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"cfg", "--job-"}, []string{"--job-from", "--job-image", "--job-name"}},
+		{[]string{"cfg", "--from-"}, []string{"--from-env-file", "--from-file", "--from-literal"}},
+	} {
+		cmd := exec.Command(filepath.Join(dir, "kubectl_complete-create-transient_configmap"), tc.args...)
+		cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(out), w+"\t") {
+				t.Errorf("%v: no %s in\n%s", tc.args, w, out)
+			}
+		}
+	}
 }

@@ -1,4 +1,7 @@
-package liveness
+// Package kubehint says, as kubectl would, what to check when a request to
+// the API server or the container runtime fails: "did you specify the right
+// host or port?", and whether retrying can help.
+package kubehint
 
 import (
 	"crypto/x509"
@@ -12,9 +15,9 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
-// Hint says, as kubectl would, what to check when a view cannot reach what
-// it follows: the API server (err from client-go) or the container runtime
-// (err from package cri). "" when err says enough by itself, or is one that
+// Hint says, as kubectl would, what to check when a request fails: to the
+// API server (err from client-go) or to the container runtime (err from
+// package cri). "" when err says enough by itself, or is one that
 // retrying may cure (a timeout, a 5xx, throttling).
 func Hint(err error) string {
 	if err == nil {

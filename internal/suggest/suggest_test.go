@@ -1,0 +1,35 @@
+package suggest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	for _, n := range []string{"job-from", "from-daemon", "dry-run", "multus-dir", "min-age", "namespace", "output"} {
+		fs.String(n, "", "")
+	}
+	fs.String("secret", "", "")
+	_ = fs.MarkHidden("secret")
+	for _, tc := range []struct {
+		typed string
+		want  []string
+	}{
+		{"from", []string{"job-from", "from-daemon"}},
+		{"--dryrun", []string{"dry-run"}},
+		{"multus-directory", nil},
+		{"multusdir", []string{"multus-dir"}},
+		{"min-ages=5m", []string{"min-age"}},
+		{"namspace", []string{"namespace"}},
+		{"secrets", nil},
+		{"o", nil},
+		{"zzz", nil},
+	} {
+		if got := Flags(fs, tc.typed); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Flags(%q) = %v, want %v", tc.typed, got, tc.want)
+		}
+	}
+}
