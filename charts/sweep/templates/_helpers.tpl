@@ -42,14 +42,39 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-The image reference: digest if set, else tag, else the appVersion.
-global.imageRegistry replaces the repository's registry: its first path
-component when that names a host (has a dot or a port, or is localhost, as
-Docker reads references), else it is put in front.
+The namespace of every namespaced object the chart creates (but the Role
+and RoleBinding that read node Leases, which live in kube-node-lease):
+namespaceOverride, else the release's.
 */}}
-{{- define "sweep.image" -}}
-{{- $repo := .Values.image.repository }}
-{{- with (default dict .Values.global).imageRegistry }}
+{{- define "sweep.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/*
+The daemon's ServiceAccount: serviceAccount.name, else the full name when
+the chart creates it, else the namespace's "default".
+*/}}
+{{- define "sweep.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sweep.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+An image reference from an image value (registry, repository, tag,
+digest) and the default tag: digest if set, else tag, else the default. The
+registry is global.imageRegistry, else the image's registry; when one is
+set it replaces the repository's registry (its first path component when
+that names a host: has a dot or a port, or is localhost, as Docker reads
+references), else it is put in front. Called with a dict of root (the
+chart's context), image and defaultTag.
+*/}}
+{{- define "sweep.imageRef" -}}
+{{- $img := .image }}
+{{- $repo := $img.repository }}
+{{- with (default (default "" $img.registry) (default dict .root.Values.global).imageRegistry) }}
 {{- $parts := splitn "/" 2 $repo }}
 {{- if and $parts._1 (or (contains "." $parts._0) (contains ":" $parts._0) (eq $parts._0 "localhost")) }}
 {{- $repo = printf "%s/%s" (trimSuffix "/" .) $parts._1 }}
@@ -57,11 +82,16 @@ Docker reads references), else it is put in front.
 {{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
 {{- end }}
 {{- end }}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
 {{- else }}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repo (default .defaultTag $img.tag) }}
 {{- end }}
+{{- end }}
+
+{{/* sweepd's image: the tag defaults to the chart's appVersion. */}}
+{{- define "sweep.image" -}}
+{{- include "sweep.imageRef" (dict "root" . "image" .Values.image "defaultTag" .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
@@ -189,3 +219,100 @@ longer covers a slow CNI ADD, and "@every 0s" prunes every second.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The kube-rbac-proxy container (kubeRBACProxy.enabled): it serves
+metrics.port over HTTPS and passes a request on to sweepd at
+127.0.0.1:kubeRBACProxy.port only when the bearer token (TokenReview) or
+client certificate (tls.caItem) it comes with may get the path
+(SubjectAccessReview of a non-resource URL: get /metrics), but /healthz and
+/readyz, which the kubelet probes without a token.
+*/}}
+{{- define "sweep.kubeRBACProxyContainer" -}}
+{{- $p := .Values.kubeRBACProxy }}
+- name: kube-rbac-proxy
+  image: {{ include "sweep.imageRef" (dict "root" . "image" $p.image "defaultTag" "") | quote }}
+  imagePullPolicy: {{ $p.image.pullPolicy }}
+  terminationMessagePolicy: FallbackToLogsOnError
+  args:
+    - --secure-listen-address=:{{ .Values.metrics.port }}
+    - --upstream=http://127.0.0.1:{{ $p.port }}/
+    - --ignore-paths=/healthz,/readyz
+    {{- with $p.tls.secretName }}
+    - --tls-cert-file=/etc/kube-rbac-proxy/tls/{{ $p.tls.certItem }}
+    - --tls-private-key-file=/etc/kube-rbac-proxy/tls/{{ $p.tls.keyItem }}
+    {{- with $p.tls.caItem }}
+    - --client-ca-file=/etc/kube-rbac-proxy/tls/{{ . }}
+    {{- end }}
+    {{- end }}
+    {{- range $p.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  ports:
+    - name: metrics
+      containerPort: {{ .Values.metrics.port }}
+      protocol: TCP
+  {{- with $p.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.containerSecurityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if or (eq .Values.daemon.liveness "cri") $p.tls.secretName }}
+  volumeMounts:
+    {{- if eq .Values.daemon.liveness "cri" }}
+    - name: kube-rbac-proxy-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+    {{- end }}
+    {{- if $p.tls.secretName }}
+    - name: kube-rbac-proxy-tls
+      mountPath: /etc/kube-rbac-proxy/tls
+      readOnly: true
+    {{- end }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The scrape endpoint's settings from the monitor's values (.m:
+metrics.serviceMonitor or metrics.podMonitor). With kubeRBACProxy.enabled:
+HTTPS, tlsConfig (by default no check of the proxy's self-signed
+certificate), and authorization, else for a ServiceMonitor (.service)
+Prometheus's own ServiceAccount token. Then the relabelings, after the one
+that names the node, and the metric relabelings.
+*/}}
+{{- define "sweep.monitorEndpoint" -}}
+{{- $m := .m }}
+{{- if .root.Values.kubeRBACProxy.enabled }}
+scheme: https
+tlsConfig:
+  {{- toYaml (default (dict "insecureSkipVerify" true) $m.tlsConfig) | nindent 2 }}
+{{- if $m.authorization }}
+authorization:
+  {{- toYaml $m.authorization | nindent 2 }}
+{{- else if .service }}
+bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+{{- else }}
+{{- fail "metrics.podMonitor with kubeRBACProxy.enabled needs metrics.podMonitor.authorization: a PodMonitor cannot send Prometheus's own token, only a Secret's (credentials: {name, key})" }}
+{{- end }}
+{{- end }}
+{{- with $m.interval }}
+interval: {{ . }}
+{{- end }}
+{{- with $m.scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+relabelings:
+  # The node the pod runs on, for alerts that say which node.
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+  {{- with $m.relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
