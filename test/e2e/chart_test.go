@@ -30,8 +30,11 @@ import (
 const (
 	chartDir       = "../../charts/sweep"
 	chartAllValues = "../../charts/sweep/ci/all-values.yaml"
-	chartRelease   = "rel"
-	chartNamespace = "sweep-system"
+	// chartOperatorValues holds the values operators bring from
+	// prometheus-community's charts (kube-rbac-proxy, a PodMonitor, ...).
+	chartOperatorValues = "../../charts/sweep/ci/operator-values.yaml"
+	chartRelease        = "rel"
+	chartNamespace      = "sweep-system"
 )
 
 func tool(t testing.TB, name string) string {
@@ -106,7 +109,7 @@ func kinds(objs []*unstructured.Unstructured) []string {
 
 func TestChartLint(t *testing.T) {
 	helm := tool(t, "helm")
-	for _, values := range [][]string{nil, {chartAllValues}} {
+	for _, values := range [][]string{nil, {chartAllValues}, {chartOperatorValues}} {
 		args := []string{"lint", "--strict", chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}
 		for _, f := range values {
 			args = append(args, "--values", f)
@@ -130,6 +133,24 @@ func TestChartSchemaRejects(t *testing.T) {
 		"uninstall.resources[0].resource=pods", // no version
 		"metrics.port=0",
 		"daemon.runtimeCacheDir=var/lib/cni/results", // not absolute
+		// The values of prometheus-community's charts, misspelled (issue 34).
+		"serviceAccount.craete=false",
+		"serviceAccount.name=Not_A_Name",
+		"rbac.craete=false",
+		"networkPolicy.enable=true",
+		"networkPolicy.metrics.from[0].namespaceSelectr.matchLabels.a=b",
+		"kubeRBACProxy.enable=true",
+		"kubeRBACProxy.extraArgs[0]=--allow-paths=/metrics", // the chart passes --ignore-paths
+		"metrics.serviceMonitor.relabeling[0].action=drop",
+		"metrics.serviceMonitor.relabelings[0].source_labels[0]=pod", // Prometheus's spelling, not the operator's
+		"metrics.serviceMonitor.metricRelabelings[0].action=delete",
+		"metrics.serviceMonitor.additionalLabel.release=x",
+		"metrics.podMonitor.enable=true",
+		"metrics.podMonitor.authorization.credentials.nme=x",
+		"image.regsitry=mirror.example",
+		"namespaceOverides=other",
+		"extraVolumeMount[0].name=x",
+		"daemon.extraVolumeMounts[0].mountpath=/x",
 	} {
 		cmd := exec.Command(helm, "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", set)
 		out, err := cmd.CombinedOutput()
@@ -710,12 +731,18 @@ func TestChartApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	k(nil, "apply", "-f", "testdata/prometheus-operator-crds.yaml")
-	k(nil, "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	k(nil, "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
 	for _, c := range []struct {
 		name   string
 		values []string
-	}{{"defaults", nil}, {"all options", []string{"--values", chartAllValues}}, {"cri liveness", []string{"--set", "daemon.liveness=cri"}}} {
+	}{{"defaults", nil}, {"all options", []string{"--values", chartAllValues}}, {"cri liveness", []string{"--set", "daemon.liveness=cri"}},
+		// kube-rbac-proxy, a PodMonitor, a NetworkPolicy (issue 34); then
+		// the proxy's ServiceMonitor, and the proxy's own token with cri
+		// liveness.
+		{"operator values", []string{"--values", chartOperatorValues}},
+		{"operator values, ServiceMonitor, cri liveness", []string{"--values", chartOperatorValues, "--set", "metrics.podMonitor.enabled=false",
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "daemon.liveness=cri"}}} {
 		t.Run(c.name, func(t *testing.T) {
 			manifest := renderChart(t, c.values...)
 			objs := decodeObjects(t, manifest)
@@ -754,6 +781,7 @@ func TestChartApply(t *testing.T) {
 	}{
 		{nil, []string{"DaemonSet rel-sweep in namespace sweep-system", "rollout status daemonset/rel-sweep", "port 9742",
 			"exec ds/rel-sweep -- /sweepd prune --from-daemon"}},
+		{[]string{"--values", chartOperatorValues}, []string{"kube-rbac-proxy serves them over HTTPS", "ClusterRole rel-sweep-metrics-reader", "A PodMonitor scrapes them."}},
 		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "ConfigMap sweep-all-dashboard\nin namespace sweep-system holds a Grafana dashboard", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
 	} {
 		args := append([]string{"install", chartRelease, chartCopy, "--namespace", chartNamespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)
