@@ -111,7 +111,7 @@ func TestChartOperatorValues(t *testing.T) {
 					}
 				}
 			}},
-		{"serviceAccount.create=false without a name: the namespace's default", []string{"--set", "serviceAccount.create=false"},
+		{"serviceAccount.create=false without a name, no RBAC: the namespace's default", []string{"--set", "serviceAccount.create=false", "--set", "rbac.create=false"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				if spec, _ := daemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "default" {
 					t.Errorf("serviceAccountName = %q, want default", spec.ServiceAccountName)
@@ -465,6 +465,8 @@ func TestChartOperatorValues(t *testing.T) {
 	t.Run("refused combinations", func(t *testing.T) {
 		renderFails(t, "uninstall.enabled needs serviceAccount.create and rbac.create", "--set", "uninstall.enabled=true", "--set", "serviceAccount.create=false")
 		renderFails(t, "uninstall.enabled needs serviceAccount.create and rbac.create", "--set", "uninstall.enabled=true", "--set", "rbac.create=false")
+		// Not the rights of every pod that runs as the namespace's default.
+		renderFails(t, "serviceAccount.create=false with rbac.create needs serviceAccount.name", "--set", "serviceAccount.create=false")
 		renderFails(t, "Prometheus would scrape every daemon twice", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true")
 		renderFails(t, "needs metrics.podMonitor.authorization", "--set", "kubeRBACProxy.enabled=true", "--set", "metrics.podMonitor.enabled=true")
 		renderFails(t, "it must differ from metrics.port", "--set", "kubeRBACProxy.enabled=true", "--set", "kubeRBACProxy.port=9742")
