@@ -348,6 +348,11 @@ func TestChartOperatorValues(t *testing.T) {
 						t.Errorf("probe %+v, want HTTPS to 9742 through the proxy", p.HTTPGet)
 					}
 				}
+				// kubectl exec ds/... -- /sweepd prune --from-daemon, as
+				// NOTES.txt says, runs in sweepd's container.
+				if a, _, _ := unstructured.NestedString(findObject(t, objs, "DaemonSet", "rel-sweep").Object, "spec", "template", "metadata", "annotations", "kubectl.kubernetes.io/default-container"); a != "sweepd" || spec.Containers[0].Name != "sweepd" {
+					t.Errorf("default container %q, first container %s; want sweepd", a, spec.Containers[0].Name)
+				}
 				p := container(t, spec, "kube-rbac-proxy")
 				if p.Image != "quay.io/brancz/kube-rbac-proxy:v0.21.0" {
 					t.Errorf("proxy image %s", p.Image)
