@@ -54,6 +54,8 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be deleted; delete nothing (server-side dry-run)")
 	fs.BoolVar(&debug, "debug", false, "accepted for spectro-cleanup compatibility; use --log-level=debug")
 	fields := map[string]string{"SelfGVR": "self-gvr"}
+	output := outputText
+	cmd.Flags().VarP(choiceValue{p: &output, choices: resultFormats}, "output", "o", resultOutputUsage)
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := o.Complete(e.log); err != nil {
@@ -68,7 +70,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 		if err == nil {
 			sum, err = o.Run(cmd.Context())
 		}
-		if werr := sum.WriteText(e.stdout); werr != nil {
+		if werr := writeCleanup(e.stdout, output, sum, err); werr != nil {
 			e.log.Error("write summary", "error", werr)
 		}
 		switch {

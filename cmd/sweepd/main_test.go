@@ -2,11 +2,17 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestRunUsage(t *testing.T) {
+	emptyConfig := t.TempDir()
+	if err := os.WriteFile(filepath.Join(emptyConfig, "file-config.json"), []byte("[]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		args       []string
@@ -37,6 +43,11 @@ func TestRunUsage(t *testing.T) {
 		{name: "version yaml", args: []string{"version", "--output=yaml"}, code: exitOK, stdout: "goVersion: go"},
 		{name: "version bad output", args: []string{"version", "-o", "xml"}, code: exitUsage, stderr: `invalid argument "xml" for "-o, --output" flag: want json or yaml`},
 		{name: "version help offers no log flags", args: []string{"version", "--help"}, code: exitOK, stdout: "--short", helpPrints: 1},
+		{name: "cleanup -o json", args: []string{"cleanup", "--config-dir=" + emptyConfig, "-o", "json"}, code: exitOK,
+			stdout: "{\n  \"records\": [],\n  \"counts\": {"},
+		{name: "cleanup -o yaml", args: []string{"cleanup", "--config-dir=" + emptyConfig, "-o", "yaml"}, code: exitOK, stdout: "records: []\ncounts:\n"},
+		{name: "cleanup -o bogus", args: []string{"cleanup", "-o", "bogus"}, code: exitUsage, stderr: "want text, json or yaml"},
+		{name: "uninstall -n", args: []string{"uninstall", "-n", "ns", "--daemonset=sweep"}, code: exitUsage, stderr: "--configmap"},
 		{name: "bash completion", args: []string{"completion", "bash"}, code: exitOK, stdout: "# bash completion V2 for sweepd"},
 		{name: "a flag's words complete", args: []string{"__complete", "prune", "--liveness", ""}, code: exitOK, stdout: "api\ncri\nboth\n"},
 		{name: "a mistyped flag gets a suggestion", args: []string{"prune", "--dryrun"}, code: exitUsage, stderr: "unknown flag: --dryrun\n\nDid you mean this?\n\t--dry-run\n"},

@@ -43,6 +43,8 @@ and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 	fs.StringVar(&sourceDir, "source-dir", "/etc/sweep/uninstall", "directory with file-config.json and/or resource-config.json")
 	positiveDurationVar(fs, &o.Timeout, "timeout", 10*time.Minute, "how long to wait for the daemons to finish")
 	fields := map[string]string{"Self.Namespace": "namespace", "Self.Name": "daemonset", "ConfigMap": "configmap", "Timeout": "timeout"}
+	output := outputText
+	fs.VarP(choiceValue{p: &output, choices: resultFormats}, "output", "o", resultOutputUsage)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		o.Self.GVR = uninstall.DaemonSetGVR
@@ -80,6 +82,10 @@ and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 			return fmt.Errorf("dynamic client: %w", err)
 		}
 		err = hook.Request(ctx, dc, o)
+		res := uninstallResult{Namespace: o.Self.Namespace, ConfigMap: o.ConfigMap, DaemonSet: o.Self.Name}
+		if werr := writeUninstall(e.stdout, output, res, err); werr != nil {
+			e.log.Error("cannot write the output", "error", werr)
+		}
 		switch {
 		case errors.Is(err, cleanup.ErrConfig):
 			e.log.Error("uninstall refused: nothing done", "error", err)
