@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm,
-# helm-docs, CNI plugins, Whereabouts, multus, containerd v2) from the Go module proxy,
+# helm-docs, CNI plugins, Whereabouts, multus, containerd v2) and the release
+# pipeline runs (cosign, cyclonedx-gomod, and a registry for its tests) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|all]   (default: all)
+#        hack/build-tools.sh path TOOL   prints where TOOL's binary is (built or not)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
 
@@ -140,6 +142,51 @@ containerd() {
 	done
 }
 
+# distribution's registry: the release tests push the image, the chart, the
+# SBOM and the signatures into one of their own, and the test node pulls
+# from it.
+registry() {
+	local v
+	v=$(version "$tools/registry" github.com/distribution/distribution/v3)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/registry" github.com/distribution/distribution/v3/cmd/registry "$cache/registry-$v" registry \
+		"-X github.com/distribution/distribution/v3/version.version=$v"
+}
+
+# cosign signs the released image and chart and attests the image's SBOM
+# (make release-publish); make release-verify and the tests verify them.
+cosign() {
+	local v
+	v=$(version "$tools/cosign" github.com/sigstore/cosign/v2)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/cosign" github.com/sigstore/cosign/v2/cmd/cosign "$cache/cosign-$v" cosign \
+		"-X sigs.k8s.io/release-utils/version.gitVersion=$v"
+}
+
+# cyclonedx-gomod writes the SBOM of each released binary (make release).
+cyclonedx_gomod() {
+	local v
+	v=$(version "$tools/cyclonedx-gomod" github.com/CycloneDX/cyclonedx-gomod)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/cyclonedx-gomod" github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod "$cache/cyclonedx-gomod-$v"
+}
+
+# path TOOL prints where TOOL's binary is, for the Makefile and the release
+# scripts: the tools that the release pipeline runs.
+path() {
+	local v
+	case $1 in
+	golangci-lint) v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2) ;;
+	helm) v=$(version "$tools/helm" helm.sh/helm/v3) ;;
+	registry) v=$(version "$tools/registry" github.com/distribution/distribution/v3) ;;
+	cosign) v=$(version "$tools/cosign" github.com/sigstore/cosign/v2) ;;
+	cyclonedx-gomod) v=$(version "$tools/cyclonedx-gomod" github.com/CycloneDX/cyclonedx-gomod) ;;
+	*) echo "build-tools: path: unknown tool ${1:-}" >&2; exit 2 ;;
+	esac
+	: "${v:?cannot read the version from go.mod}"
+	echo "$cache/$1-$v/$1"
+}
+
 case ${1:-all} in
 kube) kube ;;
 controlplane) etcd; kube_cmds kube-apiserver ;; # what make demo runs
@@ -151,9 +198,14 @@ cni) cni ;;
 whereabouts) whereabouts ;;
 multus) multus ;;
 containerd) containerd ;;
+registry) registry ;;
+cosign) cosign ;;
+cyclonedx-gomod) cyclonedx_gomod ;;
+release) helm; cosign; cyclonedx_gomod ;; # what make release and release-publish run
+path) path "${2:-}" ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd ;;
-*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|all]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd; registry; cosign; cyclonedx_gomod ;;
+*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|all|path TOOL]" >&2; exit 2 ;;
 esac

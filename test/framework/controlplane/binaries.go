@@ -28,6 +28,15 @@ const (
 	// ContainerdVersion is github.com/containerd/containerd/v2, the test
 	// node's second runtime (WithContainerd2); the first is Debian's.
 	ContainerdVersion = "v2.4.2"
+	// RegistryVersion is github.com/distribution/distribution/v3, whose
+	// registry the release tests publish into.
+	RegistryVersion = "v3.1.2"
+	// CosignVersion is github.com/sigstore/cosign/v2, which signs and
+	// verifies a release's image and chart.
+	CosignVersion = "v2.6.5"
+	// CycloneDXGomodVersion is github.com/CycloneDX/cyclonedx-gomod, which
+	// writes a release's SBOMs.
+	CycloneDXGomodVersion = "v1.10.0"
 )
 
 // ToolsDir is where hack/build-tools.sh caches the binaries:
@@ -48,9 +57,9 @@ func ToolsDir() string {
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs,
-// a CNI plugin (bridge, host-local, loopback, whereabouts, multus), or containerd v2's
+// a CNI plugin (bridge, host-local, loopback, whereabouts, multus), containerd v2's
 // containerd, containerd-shim-runc-v2 and ctr (not Debian's, which are on
-// PATH). A missing binary is an error that says how to build it; tests
+// PATH), or the release pipeline's registry, cosign and cyclonedx-gomod. A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
@@ -71,6 +80,12 @@ func Binary(name string) (string, error) {
 		dir = "multus-" + MultusVersion
 	case "containerd", "containerd-shim-runc-v2", "ctr":
 		dir = "containerd-" + ContainerdVersion
+	case "registry":
+		dir = "registry-" + RegistryVersion
+	case "cosign":
+		dir = "cosign-" + CosignVersion
+	case "cyclonedx-gomod":
+		dir = "cyclonedx-gomod-" + CycloneDXGomodVersion
 	default:
 		return "", fmt.Errorf("unknown tool %q", name)
 	}
