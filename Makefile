@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube deps test unit vet lint demo clean docs release
+.PHONY: all build kube deps test unit vet lint demo clean docs release release-publish release-verify
 
 all: build
 
@@ -57,9 +57,25 @@ clean:
 
 # Release archives of the kubectl plugin for linux, darwin and windows on
 # amd64 and arm64 with a krew manifest, of sweepd (with its systemd unit) for
-# linux on amd64 and arm64, and their sha256 checksums, in dist/.
+# linux on amd64 and arm64, their SBOMs and sha256 checksums, in dist/.
 release:
-	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh
+	hack/build-tools.sh cyclonedx-gomod
+	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh archives
+
+# Publish VERSION (v<the chart's version>) to the OCI registry REGISTRY
+# (default ghcr.io): the image index REGISTRY/sweep-k8s/sweep (linux/amd64,
+# linux/arm64), the chart oci://REGISTRY/sweep-k8s/charts/sweep, the SBOMs,
+# and cosign's signatures (keyless, or COSIGN_KEY); release-verify checks
+# them (keyless, or COSIGN_PUB). Settings: hack/release.sh and docs/release.md.
+# .github/workflows/release.yaml runs release, release-publish and
+# release-verify on a tag; the tests run them against a registry of their own.
+release-publish:
+	hack/build-tools.sh release
+	VERSION=$(VERSION) REVISION=$(REVISION) hack/release.sh publish
+
+release-verify:
+	hack/build-tools.sh cosign
+	VERSION=$(VERSION) hack/release.sh verify
 
 # Regenerate the flag reference, docs/reference/flags.md, from the commands'
 # --help, and the chart's README from its values.yaml with helm-docs;

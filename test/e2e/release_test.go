@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +24,9 @@ import (
 // TestReleaseArchives runs hack/release.sh (make release) for this machine's
 // platform only, twice: each archive holds the license and its files (the
 // plugin; sweepd with its systemd unit and environment file), with
-// normalized modes, the checksums file and the krew manifest agree with
-// them, the binaries carry the version, and a second build gives the same
-// bytes. Only this platform because a cold cross build of client-go takes
+// normalized modes, each has its binary's SBOM beside it, the checksums file
+// and the krew manifest agree with them, the binaries carry the version, and
+// a second build gives the same bytes. Only this platform because a cold cross build of client-go takes
 // many minutes on a loaded CI machine; the other platforms differ by
 // GOOS/GOARCH and, for windows, the .exe suffix.
 func TestReleaseArchives(t *testing.T) {
@@ -37,7 +39,7 @@ func TestReleaseArchives(t *testing.T) {
 	}
 	build := func(dist string) {
 		t.Helper()
-		cmd := exec.Command("hack/release.sh")
+		cmd := exec.Command("hack/release.sh", "archives")
 		cmd.Dir = "../.."
 		cmd.Env = append(os.Environ(), "VERSION="+version, "DIST="+dist, "PLATFORMS="+host, "SWEEPD_PLATFORMS="+sweepdPlatforms,
 			"BASE_URL=https://example.invalid/dl")
@@ -70,8 +72,9 @@ func TestReleaseArchives(t *testing.T) {
 		}
 		listed[archive] = sum
 	}
-	if len(listed) != len(want) {
-		t.Fatalf("checksums for %v, want %v", listed, want)
+	// Each archive has its SBOM beside it, also in checksums.txt.
+	if len(listed) != 2*len(want) {
+		t.Fatalf("checksums for %v, want the archives %v and their SBOMs", listed, want)
 	}
 	for archive, files := range want {
 		data, err := os.ReadFile(filepath.Join(dist, archive))
@@ -85,6 +88,7 @@ func TestReleaseArchives(t *testing.T) {
 		if got := untar(t, filepath.Join(dist, archive), filepath.Join(dist, "x", archive)); !slices.Equal(got, files) {
 			t.Errorf("%s holds %q, want %q", archive, got, files)
 		}
+		checkSBOM(t, dist, archive, listed, filepath.Join(dist, "x", archive, strings.Fields(files[1])[0]), version)
 	}
 	// The host's binaries run and carry the version.
 	run := [][]string{{filepath.Join(dist, "x", pluginArchive, "kubectl-create-transient_configmap"), "--version"}}
@@ -159,6 +163,59 @@ func TestReleaseArchives(t *testing.T) {
 	}
 	if string(sums2) != string(sums) {
 		t.Errorf("a second build differs:\n%s\nvs\n%s", sums, sums2)
+	}
+}
+
+// checkSBOM checks the CycloneDX SBOM beside archive: in checksums.txt
+// (listed), of the binary at bin (its main module at version, for its
+// platform), and listing exactly the modules linked into bin, at their
+// versions, as the go command records them.
+func checkSBOM(t *testing.T, dist, archive string, listed map[string]string, bin, version string) {
+	t.Helper()
+	name := strings.TrimSuffix(archive, ".tar.gz") + ".cdx.json"
+	data, err := os.ReadFile(filepath.Join(dist, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(data)
+	if got := hex.EncodeToString(h[:]); got != listed[name] {
+		t.Errorf("%s: sha256 %s, checksums.txt says %q", name, got, listed[name])
+	}
+	var bom struct {
+		BOMFormat string `json:"bomFormat"`
+		Metadata  struct {
+			Component struct {
+				Name, Version, Purl string
+			} `json:"component"`
+		} `json:"metadata"`
+		Components []struct{ Name, Version string } `json:"components"`
+	}
+	if err := json.Unmarshal(data, &bom); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bom.Metadata.Component
+	if bom.BOMFormat != "CycloneDX" || c.Name != info.Main.Path || c.Version != version ||
+		!strings.Contains(c.Purl, "goos="+runtime.GOOS) || !strings.Contains(c.Purl, "goarch="+runtime.GOARCH) {
+		t.Errorf("%s: %s of %+v, want CycloneDX of %s %s for %s/%s", name, bom.BOMFormat, c, info.Main.Path, version, runtime.GOOS, runtime.GOARCH)
+	}
+	var got, want []string
+	for _, m := range bom.Components {
+		got = append(got, m.Name+"@"+m.Version)
+	}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		want = append(want, d.Path+"@"+d.Version)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s lists %d modules, the binary links %d:\n%s", name, len(got), len(want), lineDiff(strings.Join(got, "\n"), strings.Join(want, "\n")))
 	}
 }
 

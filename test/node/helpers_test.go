@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,14 +99,10 @@ func sweepdImageOf(t *testing.T) controlplane.Image {
 	return controlplane.Image{
 		Ref:        sweepdImage,
 		Entrypoint: entrypoint,
-		Files: []controlplane.ImageFile{
-			{Path: "/etc", Mode: fs.ModeDir | 0o755},
-			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
-			{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
-			{Path: "/sweepd", Mode: 0o755, Source: testbin.BuildStatic(t, "./cmd/sweepd")},
-			{Path: "/cleanup", Mode: fs.ModeSymlink, Link: "sweepd"},
-		},
+		Files: append(slices.Clone(controlplane.DistrolessStatic),
+			controlplane.ImageFile{Path: "/sweepd", Mode: 0o755, Source: testbin.BuildStatic(t, "./cmd/sweepd")},
+			controlplane.ImageFile{Path: "/cleanup", Mode: fs.ModeSymlink, Link: "sweepd"},
+		),
 	}
 }
 

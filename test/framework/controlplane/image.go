@@ -46,6 +46,16 @@ type Image struct {
 	Files []ImageFile
 }
 
+// DistrolessStatic is what the pods use of the image's base,
+// gcr.io/distroless/static-debian12, which cannot be pulled here: the root
+// and nonroot users and groups, and a sticky /tmp.
+var DistrolessStatic = []ImageFile{
+	{Path: "/etc", Mode: fs.ModeDir | 0o755},
+	{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+	{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
+	{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+}
+
 // WriteArchive writes the image as a docker-archive tarball, the format of
 // `docker save`, which `ctr images import` reads.
 func (img Image) WriteArchive(path string) error {
@@ -53,26 +63,39 @@ func (img Image) WriteArchive(path string) error {
 	if err != nil {
 		return fmt.Errorf("image name %q: %w", img.Ref, err)
 	}
-	layerTar, err := img.layer()
+	out, err := img.Build(runtime.GOARCH)
 	if err != nil {
 		return err
+	}
+	if err := tarball.WriteToFile(path, ref, out); err != nil {
+		return fmt.Errorf("write image %s: %w", img.Ref, err)
+	}
+	return nil
+}
+
+// Build assembles the image for linux/arch: its files in one layer, its
+// entry point, command and user (Ref is not used).
+func (img Image) Build(arch string) (v1.Image, error) {
+	layerTar, err := img.layer()
+	if err != nil {
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	})
 	if err != nil {
-		return fmt.Errorf("image layer: %w", err)
+		return nil, fmt.Errorf("image layer: %w", err)
 	}
 	out, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
-		return fmt.Errorf("image layer: %w", err)
+		return nil, fmt.Errorf("image layer: %w", err)
 	}
 	cf, err := out.ConfigFile()
 	if err != nil {
-		return fmt.Errorf("image config: %w", err)
+		return nil, fmt.Errorf("image config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.OS, cf.Architecture = "linux", arch
 	cf.Config = v1.Config{
 		Entrypoint: img.Entrypoint,
 		Cmd:        img.Cmd,
@@ -80,12 +103,9 @@ func (img Image) WriteArchive(path string) error {
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
 	if out, err = mutate.ConfigFile(out, cf); err != nil {
-		return fmt.Errorf("image config: %w", err)
+		return nil, fmt.Errorf("image config: %w", err)
 	}
-	if err := tarball.WriteToFile(path, ref, out); err != nil {
-		return fmt.Errorf("write image %s: %w", img.Ref, err)
-	}
-	return nil
+	return out, nil
 }
 
 // layer is the tar of the image's files, owned by root, with a fixed time so
