@@ -45,7 +45,8 @@ const (
 // plugins for the pods' network, and the kubelet built by
 // hack/build-tools.sh. Everything it keeps is in Dir; its pods' network
 // lives in the network namespace of RunInNetNS. Pods use images imported
-// with ImportImage and imagePullPolicy Never.
+// with ImportImage and imagePullPolicy Never, or pulled from a registry of
+// the test's own that MirrorRegistry names.
 type Node struct {
 	// Dir holds the node's state: containerd's root and state, the
 	// kubelet's root, the CNI configuration and host-local's allocations,
@@ -65,6 +66,11 @@ type Node struct {
 	CNINetworksDir string
 	// NetNSDir is where containerd mounts the pods' network namespaces.
 	NetNSDir string
+	// RegistryHostsDir is containerd's registry configuration directory
+	// (config_path: a directory HOST with a hosts.toml per registry), where
+	// MirrorRegistry writes; empty, containerd pulls from each registry
+	// itself.
+	RegistryHostsDir string
 	// PodSubnet is the range of the pods' addresses: PodSubnet, or
 	// WithPodSubnet's.
 	PodSubnet string
@@ -142,16 +148,17 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		t.Fatal(err)
 	}
 	n := &Node{
-		Dir:            dir,
-		Socket:         filepath.Join(dir, "run", "containerd.sock"),
-		StaticPodDir:   filepath.Join(dir, "manifests"),
-		CNIConfDir:     filepath.Join(dir, "cni", "net.d"),
-		CNINetworksDir: filepath.Join(dir, "cni", "networks"),
-		NetNSDir:       filepath.Join(dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns"),
-		PodSubnet:      cfg.podSubnet,
-		cp:             cp,
-		v2:             cfg.containerd2,
-		cniBinDir:      cfg.cniBinDir,
+		Dir:              dir,
+		Socket:           filepath.Join(dir, "run", "containerd.sock"),
+		StaticPodDir:     filepath.Join(dir, "manifests"),
+		CNIConfDir:       filepath.Join(dir, "cni", "net.d"),
+		CNINetworksDir:   filepath.Join(dir, "cni", "networks"),
+		NetNSDir:         filepath.Join(dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns"),
+		RegistryHostsDir: filepath.Join(dir, "certs.d"),
+		PodSubnet:        cfg.podSubnet,
+		cp:               cp,
+		v2:               cfg.containerd2,
+		cniBinDir:        cfg.cniBinDir,
 	}
 	n.RuntimeEndpoint = "unix://" + n.Socket
 	t.Cleanup(func() {
@@ -196,7 +203,7 @@ func (n *Node) start() error {
 	if err := syscall.Mount("", n.Dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s shared: %w", n.Dir, err)
 	}
-	for _, d := range []string{filepath.Dir(n.Socket), n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images")} {
+	for _, d := range []string{filepath.Dir(n.Socket), n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images"), n.RegistryHostsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -297,7 +304,7 @@ func (n *Node) newContainerd(name, dir, socket, cniConfDir, configPath, logPath 
 	config := strings.NewReplacer(
 		"$ROOT", filepath.Join(dir, "root"), "$STATE", filepath.Join(dir, "state"),
 		"$SOCKET", socket, "$OPT", filepath.Join(dir, "opt"), "$PAUSE", PauseImage,
-		"$CNIBIN", binDir, "$CNICONF", cniConfDir,
+		"$CNIBIN", binDir, "$CNICONF", cniConfDir, "$CERTSD", n.RegistryHostsDir,
 	).Replace(n.containerdConfig)
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return nil, err
@@ -550,6 +557,24 @@ func (n *Node) importImageAt(t testing.TB, socket string, img Image) {
 	}
 }
 
+// MirrorRegistry makes the node's runtime pull the images of registry (a
+// host, such as ghcr.io) from mirror (a URL, http:// for plain HTTP), as
+// an air-gapped node pulls from its mirror: a hosts.toml in
+// RegistryHostsDir, which containerd reads at each pull. Should the mirror
+// fail, containerd would try registry itself, which the node's network
+// namespace cannot reach.
+func (n *Node) MirrorRegistry(t testing.TB, registry, mirror string) {
+	t.Helper()
+	dir := filepath.Join(n.RegistryHostsDir, registry)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+registry, mirror)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Ctr runs containerd's ctr in the k8s.io namespace and returns its output.
 func (n *Node) Ctr(t testing.TB, args ...string) string {
 	t.Helper()
@@ -604,6 +629,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "$CNIBIN"
     conf_dir = "$CNICONF"
 
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$CERTSD"
+
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
 `
@@ -626,6 +654,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "$PAUSE"
+
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = "$CERTSD"
 
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
