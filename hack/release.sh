@@ -82,7 +82,16 @@ sweepd_platforms=${SWEEPD_PLATFORMS:-"linux/amd64 linux/arm64"}
 base_url=${BASE_URL:-https://github.com/sweep-k8s/sweep/releases/download/$version}
 ldflags="-s -w -X github.com/sweep-k8s/sweep/internal/version.version=$version -X github.com/sweep-k8s/sweep/internal/version.revision=$revision"
 
-tool() { "$root/hack/build-tools.sh" path "$1"; }
+# tool NAME prints the path of a tool that hack/build-tools.sh built.
+tool() {
+	local path
+	path=$("$root/hack/build-tools.sh" path "$1")
+	if [ ! -x "$path" ]; then
+		echo "release: $1 is not built: run hack/build-tools.sh $1 (the make targets do)" >&2
+		exit 1
+	fi
+	echo "$path"
+}
 
 mkdir -p "$dist"
 stage=$(mktemp -d)
@@ -100,7 +109,9 @@ build() {
 # it is reproducible. cyclonedx-gomod (v1.10.0) takes the package URLs'
 # goos and goarch from its environment, not from the binary: they are set.
 sbom() {
-	GOOS=$1 GOARCH=$2 "$(tool cyclonedx-gomod)" bin -json -noserial -notimestamp -version "$version" -output "$4" "$3"
+	local cyclonedx
+	cyclonedx=$(tool cyclonedx-gomod)
+	GOOS=$1 GOARCH=$2 "$cyclonedx" bin -json -noserial -notimestamp -version "$version" -output "$4" "$3"
 }
 
 # chart_version prints a field of charts/sweep/Chart.yaml (version, appVersion).
@@ -135,7 +146,8 @@ publish() {
 	local tag
 	tag=$(release_version)
 	local helm cosign
-	helm=$(tool helm) cosign=$(tool cosign)
+	helm=$(tool helm)
+	cosign=$(tool cosign)
 	if [ -n "${REGISTRY_USERNAME:-}" ]; then
 		printf '%s' "${REGISTRY_PASSWORD:-}" | "$helm" registry login "$registry" -u "$REGISTRY_USERNAME" --password-stdin
 		printf '%s' "${REGISTRY_PASSWORD:-}" | "$cosign" login "$registry" -u "$REGISTRY_USERNAME" --password-stdin
