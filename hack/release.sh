@@ -263,7 +263,19 @@ for p in $platforms; do
 	build "$name" "$os" "$arch" "$stage/$os-$arch/$bin"
 	cp LICENSE "$stage/$os-$arch/LICENSE"
 	archive=$name-$version-$os-$arch.tar.gz
-	sum=$(archive "$stage/$os-$arch" "$archive" LICENSE "$bin")
+	# kubectl's completion executable for the plugin, a POSIX shell script:
+	# not on Windows.
+	shim=kubectl_complete-create-transient_configmap
+	shim_yaml=""
+	if [ "$os" = windows ]; then
+		sum=$(archive "$stage/$os-$arch" "$archive" LICENSE "$bin")
+	else
+		cp "cmd/$name/$shim" "$stage/$os-$arch/$shim"
+		sum=$(archive "$stage/$os-$arch" "$archive" LICENSE "$bin" "$shim")
+		shim_yaml="    - from: $shim
+      to: .
+"
+	fi
 	sbom "$os" "$arch" "$stage/$os-$arch/$bin" "$dist/${archive%.tar.gz}.cdx.json"
 	checksum "${archive%.tar.gz}.cdx.json" >/dev/null
 	platforms_yaml+="  - selector:
@@ -278,7 +290,7 @@ for p in $platforms; do
       to: .
     - from: LICENSE
       to: .
-"
+$shim_yaml"
 done
 
 # krew installs a plugin named create-transient_configmap as

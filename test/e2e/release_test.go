@@ -59,7 +59,7 @@ func TestReleaseArchives(t *testing.T) {
 	sweepdArchive := "sweepd" + suffix
 	// archive -> its files, in order, with their modes
 	want := map[string][]string{
-		pluginArchive: {"LICENSE 644", "kubectl-create-transient_configmap 755"},
+		pluginArchive: {"LICENSE 644", "kubectl-create-transient_configmap 755", "kubectl_complete-create-transient_configmap 755"},
 	}
 	if sweepdPlatforms != "" {
 		want[sweepdArchive] = []string{"LICENSE 644", "sweepd 755", "sweepd.env 644", "sweepd.service 644"}
