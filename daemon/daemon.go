@@ -71,6 +71,10 @@ type Config struct {
 	// runtime must answer so. A check against mistakes, never a proof on
 	// its own: any runtime can answer to a name.
 	ExpectRuntime string
+	// Pause stops every removal, CNI DEL and release on the node while the
+	// daemon runs, as the Node's liveness.PauseAnnotation does for one
+	// node: for maintenance or an investigation.
+	Pause bool
 	// AllowShortIntervals accepts a minimum age and a schedule interval
 	// under MinInterval, for tests and demos.
 	AllowShortIntervals bool
@@ -289,6 +293,7 @@ type Daemon struct {
 	sources   prune.Sources
 	deps      prune.Deps // the prune's, the same for every run
 	health    *health
+	pause     pause
 	metrics   *metrics
 	synced    atomic.Bool // first sync done
 	proven    atomic.Bool // the last proof of the views succeeded
@@ -325,7 +330,8 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
-	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log}, func(o cnidel.Observed) { d.metrics.observeDEL(o) })
+	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log, Paused: func() bool { return d.pauseReason() != "" }},
+		func(o cnidel.Observed) { d.metrics.observeDEL(o) })
 	if err != nil {
 		return nil, err
 	}
@@ -531,6 +537,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	wg.Go(func() { d.views.Run(ctx) })
 	wg.Go(func() { d.health.watch(ctx, d.views, time.Second) })
+	wg.Go(func() { d.watchPause(ctx, &wg, time.Second) })
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
@@ -724,6 +731,12 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
+	if why := d.notePause(ctx, nil); why != "" {
+		d.holdUp()
+		d.metrics.skipped.WithLabelValues(skipPaused).Inc()
+		d.log.Info("prune skipped: paused; it runs when the pause is lifted", "pause", why)
+		return
+	}
 	opts := prune.Options{Config: d.cfg.Prune, Deps: d.deps}
 	if opts.Release != nil {
 		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
@@ -764,6 +777,10 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.metrics.observe(sum, err)
 	attrs := summaryAttrs(sum)
 	switch {
+	case errors.Is(err, prune.ErrPaused):
+		d.holdUp()
+		d.metrics.skipped.WithLabelValues(skipPaused).Inc()
+		d.log.Warn("prune stopped: paused; nothing more deleted, the rest runs when the pause is lifted", append(attrs, "pause", d.pauseReason())...)
 	case errors.Is(err, prune.ErrNotSynced):
 		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
 		d.log.Warn("prune stopped: a view went stale or stopped being proven; nothing more deleted", append(attrs, "error", d.staleReason())...)

@@ -40,6 +40,11 @@ func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- erro
 			http.Error(w, "the views are not proven to be this node's: "+d.proofReason(), http.StatusServiceUnavailable)
 			return
 		}
+		if why := d.pauseReason(); why != "" {
+			// Ready: a paused daemon still serves its metrics, and says so.
+			fmt.Fprintln(w, "ok (paused: "+why+")")
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

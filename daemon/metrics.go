@@ -27,6 +27,8 @@ const (
 	// ErrRuntimeUnproven).
 	skipNodeUnproven    = "node-unproven"
 	skipRuntimeUnproven = "runtime-unproven"
+	// A pause (--pause, the Node's annotation) skipped or stopped it.
+	skipPaused = "paused"
 )
 
 // Results of a CNI DEL; a closed set, used as a label.
@@ -65,6 +67,7 @@ type metrics struct {
 	clockSteps prometheus.Counter
 	clockFwd   prometheus.Counter
 	proven     prometheus.Gauge
+	paused     prometheus.Gauge
 	delSeconds *prometheus.HistogramVec
 	delHeld    prometheus.Counter
 	// delLabels are the plugin and IPAM types seen so far, up to
@@ -141,6 +144,10 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			Name: "sweep_views_proven",
 			Help: "1 while the liveness views are proven to be this node's (the Node exists and reports this boot ID, the daemon's own pod is in them, the runtime is the kubelet's), else 0; nothing is deleted at 0.",
 		}),
+		paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sweep_paused",
+			Help: "1 while sweep is paused on this node (the Node's sweep.k8s.io/pause annotation, or --pause): nothing is removed, DELed or released; else 0.",
+		}),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sweep_prune_runs_total",
 			Help: "Prune runs started.",
@@ -155,7 +162,7 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_skipped_runs_total",
-			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; cri-unavailable: no list of sandboxes from the container runtime; node-unproven: the pods listed for the node name are not proven to be this machine's; runtime-unproven: the runtime is not proven to be the kubelet's; still-running: the previous run had not finished).",
+			Help: "Scheduled prune runs skipped, by reason (not-synced: no fresh view of the node's pods; cri-unavailable: no list of sandboxes from the container runtime; node-unproven: the pods listed for the node name are not proven to be this machine's; runtime-unproven: the runtime is not proven to be the kubelet's; still-running: the previous run had not finished; paused: sweep is paused on the node, or the pause stopped the run).",
 		}, []string{"reason"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sweep_prune_last_success_timestamp_seconds",
@@ -252,7 +259,7 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
-	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable, skipNodeUnproven, skipRuntimeUnproven} {
+	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable, skipNodeUnproven, skipRuntimeUnproven, skipPaused} {
 		m.skipped.WithLabelValues(r)
 	}
 	for _, c := range m.caches {
@@ -286,7 +293,7 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 	})
 	buildInfo.Set(1)
 	m.registry.MustRegister(
-		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.runs, m.failures, m.fileErrors,
+		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.paused, m.runs, m.failures, m.fileErrors,
 		m.skipped,
 		m.lastSuccess, m.duration, m.delSeconds, m.delHeld, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
 		buildInfo, configInfo, newFilesystemCollector(cacheDir),

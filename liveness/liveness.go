@@ -283,6 +283,20 @@ func (v *Views) Pods() *PodView { return v.pods }
 // liveness.
 func (v *Views) Runtime() *cri.Client { return v.runtime }
 
+// NodePause returns the value of the Node's PauseAnnotation as the view
+// that follows the Node holds it now, and whether it pauses sweep; false
+// without that view (not Following, or cri liveness).
+func (v *Views) NodePause() (string, bool) {
+	if v.nodeWatch == nil {
+		return "", false
+	}
+	n, err := v.nodeWatch.current()
+	if err != nil {
+		return "", false // no Node: the views are not proven, nothing goes anyway
+	}
+	return n.pause, n.pause != ""
+}
+
 // Problem is a source that a view cannot follow now, and why.
 type Problem struct {
 	// Source is what the view follows: SourcePods or SourceNode.

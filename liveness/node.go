@@ -25,7 +25,14 @@ var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"
 type nodeInfo struct {
 	bootID  string // status.nodeInfo.bootID
 	runtime string // status.nodeInfo.containerRuntimeVersion, "containerd://1.7.2"
+	pause   string // the PauseAnnotation's value
 }
+
+// PauseAnnotation on a Node pauses sweep on it: no removal, CNI DEL or
+// release while it is set (to anything but "false"), for maintenance or an
+// investigation. kubectl annotate node NODE sweep.k8s.io/pause=REASON sets
+// it; kubectl annotate node NODE sweep.k8s.io/pause- lifts it.
+const PauseAnnotation = "sweep.k8s.io/pause"
 
 // bootWitness proves that the Node named is this machine: it exists and
 // its kubelet reports this boot's ID. A name that is not the node's lists
@@ -95,6 +102,9 @@ func infoOf(obj *unstructured.Unstructured) nodeInfo {
 	var n nodeInfo
 	n.bootID, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "bootID")
 	n.runtime, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "containerRuntimeVersion")
+	if v := obj.GetAnnotations()[PauseAnnotation]; v != "false" {
+		n.pause = v
+	}
 	return n
 }
 
@@ -159,6 +169,9 @@ func slimNode(obj any) any {
 	slim.SetResourceVersion(u.GetResourceVersion())
 	_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
 	_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
+	if n.pause != "" {
+		slim.SetAnnotations(map[string]string{PauseAnnotation: n.pause})
+	}
 	return slim
 }
 

@@ -22,6 +22,10 @@ import (
 // being, complete and fresh, so the prune deleted nothing more.
 var ErrNotSynced = errors.New("liveness view not synced")
 
+// ErrPaused means the run was paused (Deps.Paused) before a removal, so
+// it removed nothing more; what it left is for the run after the pause.
+var ErrPaused = errors.New("paused")
+
 // ErrNoLiveness means Run was given neither a pod index nor a sandbox index.
 var ErrNoLiveness = errors.New("no liveness view: need pods, sandboxes or both")
 
@@ -124,9 +128,10 @@ type executor struct {
 	debug   bool
 	// caches are the directories the run prunes, in order.
 	caches []cache
-	// stop is set once a removal found the view unsynced; every worker then
-	// stops before its next file.
-	stop atomic.Bool
+	// stop is set once a removal found the view unsynced or the run
+	// paused; every worker then stops before its next file. paused says
+	// which.
+	stop, paused atomic.Bool
 	// releases counts the Release calls taken against MaxReleases.
 	releases atomic.Int64
 	// fileWarnings counts the per-file warnings of the run, so that a
@@ -204,6 +209,42 @@ func (e *executor) synced() bool {
 	return !e.clockStepped()
 }
 
+// halt reports whether the run must stop before its next removal, DEL or
+// release, and with what reason: a view that stopped being synced (or the
+// clock set), or a pause. It records the first stop for the workers.
+func (e *executor) halt() (Reason, bool) {
+	if !e.synced() {
+		if !e.stop.Load() {
+			e.stop.Store(true)
+		}
+		return e.stopReason(), true
+	}
+	if e.opts.Paused != nil && e.opts.Paused() {
+		if e.stop.CompareAndSwap(false, true) {
+			e.paused.Store(true)
+			e.opts.Logger.Warn("paused: nothing more is removed, DELed or released in this run")
+		}
+		return e.stopReason(), true
+	}
+	return "", false
+}
+
+// stopReason is why the run stopped: ReasonPaused or ReasonViewStale.
+func (e *executor) stopReason() Reason {
+	if e.paused.Load() {
+		return ReasonPaused
+	}
+	return ReasonViewStale
+}
+
+// stopErr is the run's error once it stopped.
+func (e *executor) stopErr() error {
+	if e.paused.Load() {
+		return ErrPaused
+	}
+	return ErrNotSynced
+}
+
 // clockStepTolerance is how far the wall clock may move against the
 // monotonic clock during a run: far above the nanoseconds between the two
 // readings, far below any step that matters.
@@ -240,8 +281,8 @@ func (e *executor) clockStepped() bool {
 }
 
 func (e *executor) run(ctx context.Context, sum *Summary) error {
-	if !e.synced() {
-		return ErrNotSynced
+	if _, halt := e.halt(); halt {
+		return e.stopErr()
 	}
 	// e.named collects the sandboxes that the results files left name, of
 	// every cache; the boot record takes them only when every cache's
@@ -349,7 +390,7 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 	}
 	switch {
 	case e.stop.Load():
-		return referenced, ErrNotSynced
+		return referenced, e.stopErr()
 	case ctx.Err() != nil:
 		return referenced, ctx.Err()
 	}
@@ -378,10 +419,11 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 						continue // drain so the reader never blocks
 					}
 					if e.stop.Load() {
-						// Left because the view went stale: say so.
-						w.counts.kept[ReasonViewStale]++
+						// Left because the run stopped: say why.
+						r := e.stopReason()
+						w.counts.kept[r]++
 						if phase == PhaseResults || it.name != "results" {
-							w.report(w.file(phase, it.name), keep(ReasonViewStale))
+							w.report(w.file(phase, it.name), keep(r))
 						}
 						continue
 					}
@@ -427,7 +469,7 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 	}
 	switch {
 	case e.stop.Load():
-		return ErrNotSynced
+		return e.stopErr()
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}

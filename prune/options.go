@@ -173,6 +173,11 @@ type Deps struct {
 	// after the rate: no DEL starts while it is closed. The time DELs
 	// waited for it is Summary.CNIDel.HeldSeconds.
 	ReleaseGate Gate
+	// Paused, when set, is asked before each removal, DEL and release: while
+	// it says true, the run stops there and keeps the rest
+	// (ReasonPaused, ErrPaused). The daemon's is the Node's pause
+	// annotation and --pause.
+	Paused func() bool
 	// OnFile, when set, receives each file's outcome as the run decides it
 	// (files that vanish meanwhile excepted): the per-file listing of
 	// `sweepd prune`. The workers call it one at a time, in no particular

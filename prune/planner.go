@@ -134,6 +134,10 @@ const (
 	// ReasonViewStale: to be removed, but the run stopped because a liveness
 	// view went stale; a later run decides again.
 	ReasonViewStale Reason = "view-stale"
+	// ReasonPaused: to be removed, but the run stopped because the node's
+	// prune was paused (Deps.Paused: the Node's pause annotation); the run
+	// after the pause removes it.
+	ReasonPaused Reason = "paused"
 	// ReasonChanged: the file changed between planning and removal.
 	ReasonChanged Reason = "changed"
 	// ReasonError: it could not be read or removed; counted as an error.

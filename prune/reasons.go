@@ -18,7 +18,7 @@ func KeptReasons() []Reason {
 		ReasonNotCache, ReasonNoIdentity, ReasonTooLarge, ReasonNotRegular,
 		ReasonOtherName, ReasonChanged, ReasonError, ReasonCNIDelFailed,
 		ReasonCNIDelDeferred, ReasonSandboxLive, ReasonStaticPod, ReasonNewerThanView,
-		ReasonClockUnsettled, ReasonNoResultsDir, ReasonConflicting, ReasonViewStale,
+		ReasonClockUnsettled, ReasonNoResultsDir, ReasonConflicting, ReasonViewStale, ReasonPaused,
 	}
 }
 
@@ -31,6 +31,6 @@ func ReservationKeptReasons() []Reason {
 	return []Reason{
 		ReasonSandboxLive, ReasonCacheNamed, ReasonTooYoung, ReasonClockUnsettled,
 		ReasonNewerThanView, ReasonNoIdentity, ReasonNotReservation, ReasonNotRegular,
-		ReasonChanged, ReasonLockBusy, ReasonNetworkNotAllowed, ReasonViewStale, ReasonError,
+		ReasonChanged, ReasonLockBusy, ReasonNetworkNotAllowed, ReasonViewStale, ReasonPaused, ReasonError,
 	}
 }

@@ -30,6 +30,9 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 		// long, and the re-check must be as late as it can.
 		done, ok := w.pace()
 		if !ok {
+			if w.e.stop.Load() {
+				return keep(w.e.stopReason()) // not deferred: the run stops
+			}
 			return keep(ReasonCNIDelDeferred)
 		}
 		defer func() { done(ran) }()
@@ -51,9 +54,8 @@ func (w *worker) remove(dirfd int, name string, st unix.Stat_t, d Decision) Deci
 	if release {
 		// The DEL is the destructive step now: it needs the same fresh view
 		// as the unlink, and a run that stops spends none of its budget.
-		if !w.e.synced() {
-			w.e.stop.Store(true)
-			return keep(ReasonViewStale)
+		if r, halt := w.e.halt(); halt {
+			return keep(r)
 		}
 		ran = true
 		if !w.release(name) {
@@ -70,9 +72,8 @@ func (w *worker) unlink(dirfd int, name string, d Decision) Decision {
 	if w.e.opts.DryRun {
 		return d
 	}
-	if !w.e.synced() {
-		w.e.stop.Store(true)
-		return keep(ReasonViewStale)
+	if r, halt := w.e.halt(); halt {
+		return keep(r)
 	}
 	err := unix.Unlinkat(dirfd, name, 0)
 	switch {

@@ -255,7 +255,7 @@ func (e *executor) stopped(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case e.stop.Load():
-		return ErrNotSynced
+		return e.stopErr()
 	}
 	return nil
 }
@@ -317,8 +317,8 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 			continue // host-local's own, never a reservation
 		}
 		if err := e.stopped(ctx); err != nil {
-			// Left because the run stops: say so.
-			rc.Kept[ReasonViewStale]++
+			// Left because the run stops: say why.
+			rc.Kept[e.stopReason()]++
 			continue
 		}
 		rc.Scanned++
@@ -416,9 +416,8 @@ func (e *executor) release(ctx context.Context, dirfd int, name, path string, ra
 	if e.opts.DryRun {
 		return d
 	}
-	if !e.synced() {
-		e.stop.Store(true)
-		return keep(ReasonViewStale)
+	if r, halt := e.halt(); halt {
+		return keep(r)
 	}
 	unlock, err := lockNetwork(ctx, dirfd, e.opts.HostLocalLockWait)
 	switch {
@@ -450,9 +449,8 @@ func (e *executor) release(ctx context.Context, dirfd int, name, path string, ra
 		return keep(ReasonChanged)
 	}
 	// The views again, right before the removal, as for a cache file.
-	if !e.synced() {
-		e.stop.Store(true)
-		return keep(ReasonViewStale)
+	if r, halt := e.halt(); halt {
+		return keep(r)
 	}
 	err = unix.Unlinkat(dirfd, name, 0)
 	switch {

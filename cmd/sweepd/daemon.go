@@ -25,10 +25,11 @@ config appears.`,
 	}
 	f := addDaemonFlags(cmd)
 	schedule, onStart, addr, p, u := &f.schedule, &f.onStart, &f.addr, f.prune, f.uninstall
+	pause := &f.pause
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		cfg := p.config(e)
-		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr = *schedule, *onStart, *addr
+		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
 		uc, err := u.config()
 		if err != nil {
 			return err
@@ -57,6 +58,7 @@ type daemonCmdFlags struct {
 	schedule  string
 	onStart   bool
 	addr      string
+	pause     bool
 	prune     *pruneFlags
 	uninstall *daemonUninstallFlags
 }
@@ -70,6 +72,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.StringVar(&f.schedule, "schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
 	fs.BoolVar(&f.onStart, "prune-on-start", true, "prune right after the first sync of the node's pods")
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
+	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
 	f.prune = addPruneFlags(cmd, true)
 	f.uninstall = addDaemonUninstallFlags(cmd)
 	return f

@@ -93,6 +93,13 @@ func TestChartOperatorValues(t *testing.T) {
 		flags []string
 		check func(t *testing.T, objs []*unstructured.Unstructured)
 	}{
+		{"daemon.pause: every daemon is started paused (issue 35)", []string{"--set", "daemon.pause=true"},
+			func(t *testing.T, objs []*unstructured.Unstructured) {
+				spec, _ := daemonPod(t, objs, "rel-sweep")
+				if c := container(t, spec, "sweepd"); !slices.Contains(c.Args, "--pause") {
+					t.Errorf("daemon args %v lack --pause", c.Args)
+				}
+			}},
 		{"serviceAccount.create=false, name: no ServiceAccount, the pods and bindings use it", []string{"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=foo"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceAccount" }) {

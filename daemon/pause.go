@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sweep-k8s/sweep/liveness"
+)
+
+// pauseReason says what pauses the daemon now ("" when nothing does): its
+// --pause, or its Node's liveness.PauseAnnotation. While paused, nothing is
+// removed, DELed or released: a run does not start, and one in progress
+// stops before its next removal (prune.Deps.Paused).
+func (d *Daemon) pauseReason() string {
+	if d.cfg.Pause {
+		return "--pause"
+	}
+	if v, ok := d.views.NodePause(); ok {
+		return "annotation " + liveness.PauseAnnotation + "=" + v
+	}
+	return ""
+}
+
+// pause is what the daemon knows of its pause between runs.
+type pause struct {
+	mu     sync.Mutex
+	why    string // the pause in force, "" for none
+	seen   bool   // why has been taken once
+	heldUp bool   // a run was skipped or stopped by it: run once it lifts
+}
+
+// watchPause follows the pause every interval until ctx ends: its gauge and
+// log line when it changes, and the run it held back as soon as it lifts,
+// not at the next scheduled time.
+func (d *Daemon) watchPause(ctx context.Context, wg *sync.WaitGroup, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		d.notePause(ctx, wg)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// notePause takes the pause in force now: it sets the gauge, logs a change,
+// and starts the run a lifted pause held back.
+func (d *Daemon) notePause(ctx context.Context, wg *sync.WaitGroup) string {
+	why := d.pauseReason()
+	d.pause.mu.Lock()
+	changed := !d.pause.seen || why != d.pause.why
+	wasPaused := d.pause.why != ""
+	d.pause.why, d.pause.seen = why, true
+	rerun := changed && why == "" && d.pause.heldUp
+	if rerun {
+		d.pause.heldUp = false
+	}
+	d.pause.mu.Unlock()
+	d.metrics.paused.Set(boolFloat(why != ""))
+	switch {
+	case !changed:
+	case why != "":
+		d.log.Warn("paused: nothing is removed, DELed or released until the pause is lifted", "pause", why)
+	case wasPaused:
+		d.log.Info("pause lifted", "run_now", rerun)
+	}
+	if rerun && wg != nil {
+		wg.Go(func() { d.cycle(ctx) })
+	}
+	return why
+}
+
+// holdUp records that the pause skipped or stopped a run.
+func (d *Daemon) holdUp() {
+	d.pause.mu.Lock()
+	d.pause.heldUp = true
+	d.pause.mu.Unlock()
+}
