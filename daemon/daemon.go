@@ -294,6 +294,7 @@ type Daemon struct {
 	deps      prune.Deps // the prune's, the same for every run
 	health    *health
 	pause     pause
+	events    *nodeEvents // nil without the API server
 	metrics   *metrics
 	synced    atomic.Bool // first sync done
 	proven    atomic.Bool // the last proof of the views succeeded
@@ -327,6 +328,9 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	d.views = views
 	d.health = newHealth(d.log)
+	if dc := views.Dynamic(); dc != nil && cfg.NodeName != "" {
+		d.events = newNodeEvents(dc, cfg.NodeName, d.log)
+	}
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
@@ -775,6 +779,9 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.setProven(nil)
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
+	if d.events != nil {
+		d.events.record(ctx, sum)
+	}
 	attrs := summaryAttrs(sum)
 	switch {
 	case errors.Is(err, prune.ErrPaused):

@@ -283,6 +283,10 @@ func (v *Views) Pods() *PodView { return v.pods }
 // liveness.
 func (v *Views) Runtime() *cri.Client { return v.runtime }
 
+// Dynamic returns the API server's dynamic client of the views, or nil
+// without one (cri liveness).
+func (v *Views) Dynamic() dynamic.Interface { return v.dynamic }
+
 // NodePause returns the value of the Node's PauseAnnotation as the view
 // that follows the Node holds it now, and whether it pauses sweep; false
 // without that view (not Following, or cri liveness).

@@ -183,14 +183,15 @@ func TestChartRender(t *testing.T) {
 				}
 			}
 		}
-		// Reading pods and its Node are the daemon's only rights without
-		// uninstall.
+		// Reading pods and its Node, and creating the Events of its runs on
+		// the Node, are the daemon's only rights without uninstall.
 		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
 		read := func(resource string) string {
 			return fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{resource}, "verbs": []any{"get", "list", "watch"}})
 		}
-		if len(rules) != 2 || fmt.Sprint(rules[0]) != read("pods") || fmt.Sprint(rules[1]) != read("nodes") {
-			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods and nodes only", rules)
+		events := fmt.Sprint(map[string]any{"apiGroups": []any{"events.k8s.io"}, "resources": []any{"events"}, "verbs": []any{"create"}})
+		if len(rules) != 3 || fmt.Sprint(rules[0]) != read("pods") || fmt.Sprint(rules[1]) != read("nodes") || fmt.Sprint(rules[2]) != events {
+			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods and nodes, create events.k8s.io events only", rules)
 		}
 
 		ds := findObject(t, objs, "DaemonSet", "rel-sweep")

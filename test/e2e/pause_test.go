@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,4 +83,16 @@ func TestPauseAnnotation(t *testing.T) {
 		}
 	}
 	d.waitMetric(t, "sweep_paused", 0)
+
+	// The run that removed them is an Event on the Node, as an operator
+	// lists it (issue 35).
+	kubectl, err := controlplane.Binary("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "the run's Event on the Node", func() bool {
+		out, err := exec.Command(kubectl, "--kubeconfig="+cp.Kubeconfig, "events", "--for", "node/node-a").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "Pruned") &&
+			strings.Contains(string(out), "removed 3 cache files (pod-gone 2, orphan-scratch 1)")
+	})
 }

@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// eventsResource is events.k8s.io/v1's Event, the API kubectl events reads.
+var eventsResource = schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}
+
+// Event of a run, on the daemon's Node.
+const (
+	eventReason     = "Pruned"
+	eventAction     = "Prune"
+	eventController = "sweep.k8s.io/sweepd"
+	// eventNamespace is where a Node's events go, as the kubelet's do.
+	eventNamespace = "default"
+	eventTimeout   = 10 * time.Second
+)
+
+// nodeEvents records each run that removed or released something as an
+// Event on the daemon's Node: a record of what went that outlives the
+// daemon's log, and that `kubectl events --for node/NAME` shows beside the
+// kubelet's and node-problem-detector's.
+type nodeEvents struct {
+	events dynamic.ResourceInterface
+	node   string
+	log    *slog.Logger
+	failed bool // a failure was logged at WARN; the next ones at DEBUG
+}
+
+func newNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *nodeEvents {
+	return &nodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log}
+}
+
+// record creates the Event of a real run's summary, if it removed or
+// released anything.
+func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
+	note := eventNote(sum)
+	if note == "" {
+		return
+	}
+	now := time.Now()
+	ev := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "events.k8s.io/v1",
+		"kind":       "Event",
+		"metadata": map[string]any{
+			"generateName": n.node + ".sweep-",
+			"namespace":    eventNamespace,
+		},
+		"eventTime":           metav1.NewMicroTime(now).UTC().Format(metav1.RFC3339Micro),
+		"reportingController": eventController,
+		"reportingInstance":   "sweepd-" + n.node,
+		"action":              eventAction,
+		"reason":              eventReason,
+		"type":                "Normal",
+		"note":                note,
+		"regarding":           map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.node},
+	}}
+	ctx, cancel := context.WithTimeout(ctx, eventTimeout)
+	defer cancel()
+	if _, err := n.events.Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		level := slog.LevelWarn
+		if n.failed {
+			level = slog.LevelDebug
+		}
+		n.failed = true
+		n.log.Log(ctx, level, "cannot record the run as an Event on the Node (it needs create on events.events.k8s.io); the log and the metrics still have it",
+			"error", err)
+	}
+}
+
+// eventNote says what a run removed and released, by reason, in the
+// Event's note (at most 1 KiB): "removed 12 cache files (pod-gone 8,
+// orphan-scratch 4); released 3 host-local reservations (orphaned-reservation
+// 3)". "" when it removed and released nothing, or was a dry run.
+func eventNote(sum *prune.Summary) string {
+	if sum == nil || sum.DryRun {
+		return ""
+	}
+	var parts []string
+	if n := total(sum.RemovedBy); n > 0 {
+		parts = append(parts, fmt.Sprintf("removed %d cache files (%s)", n, byReason(sum.RemovedBy)))
+	}
+	if r := sum.Reservations; r != nil && r.Released > 0 {
+		parts = append(parts, fmt.Sprintf("released %d host-local reservations", r.Released))
+	}
+	if c := sum.CNIDel; c != nil && c.Succeeded > 0 {
+		parts = append(parts, fmt.Sprintf("%d CNI DELs", c.Succeeded))
+	}
+	note := strings.Join(parts, "; ")
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
+	}
+	return note
+}
+
+func total(m map[prune.Reason]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// byReason is "pod-gone 8, orphan-scratch 4": the most first.
+func byReason(m map[prune.Reason]int) string {
+	rs := slices.Collect(maps.Keys(m))
+	slices.SortFunc(rs, func(a, b prune.Reason) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		if m[r] > 0 {
+			out = append(out, fmt.Sprintf("%s %d", r, m[r]))
+		}
+	}
+	return strings.Join(out, ", ")
+}
