@@ -26,6 +26,7 @@ import (
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/cri"
 	"github.com/sweep-k8s/sweep/internal/field"
+	"github.com/sweep-k8s/sweep/journal"
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/uninstall"
@@ -286,22 +287,26 @@ type Daemon struct {
 	onReady   func()
 	uninstall Uninstaller
 
-	schedule  cron.Schedule
-	views     *liveness.Views
-	boot      *prune.BootState
-	clock     *prune.ClockGuard
-	sources   prune.Sources
-	deps      prune.Deps // the prune's, the same for every run
-	health    *health
-	pause     pause
-	events    *nodeEvents // nil without the API server
-	metrics   *metrics
-	synced    atomic.Bool // first sync done
-	proven    atomic.Bool // the last proof of the views succeeded
-	proofMu   sync.Mutex
-	proofSeen bool       // a proof has been recorded
-	proofMsg  string     // its error, "" for success
-	running   sync.Mutex // held by the prune run in progress
+	schedule cron.Schedule
+	views    *liveness.Views
+	boot     *prune.BootState
+	clock    *prune.ClockGuard
+	sources  prune.Sources
+	deps     prune.Deps // the prune's, the same for every run
+	health   *health
+	pause    pause
+	events   *nodeEvents     // nil without the API server
+	journal  *journal.Writer // nil without a state directory
+	// journalFailed: a write error was logged; the cycles run one at a
+	// time (running).
+	journalFailed bool
+	metrics       *metrics
+	synced        atomic.Bool // first sync done
+	proven        atomic.Bool // the last proof of the views succeeded
+	proofMu       sync.Mutex
+	proofSeen     bool       // a proof has been recorded
+	proofMsg      string     // its error, "" for success
+	running       sync.Mutex // held by the prune run in progress
 }
 
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
@@ -328,6 +333,15 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	d.views = views
 	d.health = newHealth(d.log)
+	if cfg.StateDir != "" {
+		// The record of the removals that outlives the log; without it
+		// the log and the Node's Events still have them.
+		if j, err := journal.Open(cfg.StateDir); err != nil {
+			d.log.Warn("no journal of removals in the state directory", "state_dir", cfg.StateDir, "error", err)
+		} else {
+			d.journal = j
+		}
+	}
 	if dc := views.Dynamic(); dc != nil && cfg.NodeName != "" {
 		d.events = newNodeEvents(dc, cfg.NodeName, d.log)
 	}
@@ -338,6 +352,9 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		func(o cnidel.Observed) { d.metrics.observeDEL(o) })
 	if err != nil {
 		return nil, err
+	}
+	if d.journal != nil {
+		d.deps.OnFile = d.journal.File
 	}
 	if pods := views.Pods(); pods != nil {
 		if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
@@ -523,6 +540,14 @@ func (d *Daemon) clockStepped(s prune.ClockStep) {
 // cancelled, then lets a prune in progress stop after its current file and
 // returns. It returns early with the first error of the HTTP server.
 func (d *Daemon) Run(ctx context.Context) error {
+	if d.journal != nil {
+		// Last, once no run can write to it.
+		defer func() {
+			if err := d.journal.Close(); err != nil {
+				d.log.Warn("cannot close the journal of removals", "error", err)
+			}
+		}()
+	}
 	// Deferred in this order so that cancel runs first and every goroutine
 	// has returned when Run does.
 	var wg sync.WaitGroup
@@ -779,6 +804,12 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.setProven(nil)
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
+	if d.journal != nil {
+		if jerr := d.journal.Flush(); jerr != nil && !d.journalFailed {
+			d.journalFailed = true
+			d.log.Warn("cannot write the journal of removals; the log and the Node's Events still have them", "error", jerr)
+		}
+	}
 	if d.events != nil {
 		d.events.record(ctx, sum)
 	}

@@ -138,6 +138,7 @@ Exit status: 0 ok, 1 failure, 2 usage error or refused configuration.`,
 	root.AddCommand(
 		cleanupCommand(e),
 		daemonCommand(e),
+		journalCommand(e),
 		pruneCommand(e),
 		uninstallCommand(e),
 		versionCommand(e),

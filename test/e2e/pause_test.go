@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +15,14 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
 // TestPauseAnnotation (issue 35): a Node annotated sweep.k8s.io/pause
 // removes nothing, says so (sweep_paused, the skipped run's reason, /readyz
 // still ready), and what the pause held back is removed as soon as the
-// annotation is taken off, not at the next scheduled run an hour later.
+// annotation is taken off, not at the next scheduled run an hour later; the
+// run that removed it is an Event on the Node and lines of the journal.
 func TestPauseAnnotation(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
@@ -49,7 +52,8 @@ func TestPauseAnnotation(t *testing.T) {
 	}
 	annotate("ticket 123")
 
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h")
+	state := t.TempDir()
+	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--state-dir="+state)
 	framework.Eventually(t, 30*time.Second, "a run skipped as paused", func() bool {
 		return d.metric(t, `sweep_prune_skipped_runs_total{reason="paused"}`) >= 1
 	})
@@ -95,4 +99,28 @@ func TestPauseAnnotation(t *testing.T) {
 		return err == nil && strings.Contains(string(out), "Pruned") &&
 			strings.Contains(string(out), "removed 3 cache files (pod-gone 2, orphan-scratch 1)")
 	})
+
+	// And in the journal of the state directory, file by file.
+	out, err := exec.Command(testbin.Build(t, "./cmd/sweepd"), "journal", "--state-dir="+state, "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Records []struct{ File, Pod, UID, Reason string } `json:"records"`
+	}
+	if err := json.Unmarshal(out, &j); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	journaled := map[string]string{}
+	for _, r := range j.Records {
+		journaled[r.File] = r.Reason + " " + r.Pod + " " + r.UID
+	}
+	for _, p := range stale {
+		if journaled[p] == "" {
+			t.Errorf("%s not in the journal %v", p, journaled)
+		}
+	}
+	if len(j.Records) != len(stale) {
+		t.Errorf("journal %v, want the %d files removed", journaled, len(stale))
+	}
 }
