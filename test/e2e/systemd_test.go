@@ -86,6 +86,8 @@ func TestSystemdExecStart(t *testing.T) {
 	// The unit's default is the daemon's, so that an environment file
 	// without SWEEPD_SCHEDULE changes nothing.
 	help, _ := exec.Command(sweepd, "daemon", "--help").CombinedOutput()
+	// Help wraps a flag's description to the terminal: join its lines.
+	help = regexp.MustCompile(`\n {20,}`).ReplaceAll(help, []byte(" "))
 	m := regexp.MustCompile(`-schedule string\s+[^\n]*\(default "([^"]+)"\)`).FindSubmatch(help)
 	if m == nil {
 		t.Fatalf("no --schedule default in sweepd daemon --help:\n%s", help)
