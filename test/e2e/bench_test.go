@@ -36,16 +36,23 @@ func BenchmarkPruneVsFind(b *testing.B) {
 	}
 }
 
-func benchPruneVsFind(b *testing.B, sandboxes int) {
-	sweepd := testbin.Build(b, "./cmd/sweepd")
-	cp := controlplane.Start(b)
+// benchNode builds sweepd and starts a control plane with the 110 live
+// pods of node-a that the benchmarks' caches keep.
+func benchNode(b *testing.B) (sweepd string, cp *controlplane.ControlPlane, live []multuscache.Pod) {
+	sweepd = testbin.Build(b, "./cmd/sweepd")
+	cp = controlplane.Start(b)
 	cs := cp.Clientset(b)
 	ensureServiceAccount(b, cs, "default")
-	live := make([]multuscache.Pod, 110)
+	live = make([]multuscache.Pod, 110)
 	for i := range live {
 		name := fmt.Sprintf("live-%d", i)
 		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(b, cs, "default", name, "node-a")}
 	}
+	return sweepd, cp, live
+}
+
+func benchPruneVsFind(b *testing.B, sandboxes int) {
+	sweepd, cp, live := benchNode(b)
 	shm := "/dev/shm"
 	if _, err := os.Stat(shm); err != nil {
 		b.Fatalf("no tmpfs at %s: %v", shm, err)
@@ -164,15 +171,7 @@ func peakRSS(b *testing.B, file string) int64 {
 //
 //	go test -run x -bench 'DryRunMemory' -benchtime 1x ./test/e2e/
 func BenchmarkDryRunMemory(b *testing.B) {
-	sweepd := testbin.Build(b, "./cmd/sweepd")
-	cp := controlplane.Start(b)
-	cs := cp.Clientset(b)
-	ensureServiceAccount(b, cs, "default")
-	live := make([]multuscache.Pod, 110)
-	for i := range live {
-		name := fmt.Sprintf("live-%d", i)
-		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(b, cs, "default", name, "node-a")}
-	}
+	sweepd, cp, live := benchNode(b)
 	base, err := os.MkdirTemp("/dev/shm", "sweep-bench-")
 	if err != nil {
 		b.Fatal(err)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/base64"
@@ -415,32 +414,17 @@ func layerFiles(t *testing.T, l v1.Layer) map[string]layerEntry {
 
 func mapsKeys[V any](m map[string]V) iter.Seq[string] { return maps.Keys(m) }
 
-// extractFile returns the content of the file name in a .tar.gz.
+// extractFile returns the content of the file name in a release archive
+// (flat, as untar extracts it).
 func extractFile(t *testing.T, archive, name string) []byte {
 	t.Helper()
-	f, err := os.Open(archive)
+	dir := t.TempDir()
+	untar(t, archive, dir)
+	data, err := os.ReadFile(filepath.Join(dir, filepath.Base(name)))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: no %s: %v", archive, name, err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s: no %s: %v", archive, name, err)
-		}
-		if h.Name == name {
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return data
-		}
-	}
+	return data
 }
 
 func hostArch() string { return runtime.GOARCH }
