@@ -348,7 +348,7 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
-	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log, Paused: func() bool { return d.pauseReason() != "" }},
+	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log, Paused: d.paused},
 		func(o cnidel.Observed) { d.metrics.observeDEL(o) })
 	if err != nil {
 		return nil, err
@@ -565,8 +565,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	wg.Go(func() { d.views.Run(ctx) })
-	wg.Go(func() { d.health.watch(ctx, d.views, time.Second) })
-	wg.Go(func() { d.watchPause(ctx, &wg, time.Second) })
+	wg.Go(func() { d.watchState(ctx, &wg, time.Second) })
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -111,20 +110,6 @@ func (h *health) reason() string {
 	}
 	slices.Sort(rs)
 	return strings.Join(rs, "; ")
-}
-
-// watch observes the views' problems every interval until ctx ends.
-func (h *health) watch(ctx context.Context, views *liveness.Views, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			h.observe(time.Now(), views.Problems())
-		}
-	}
 }
 
 // proofReason says why the views are not proven: the last proof's error,

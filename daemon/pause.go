@@ -22,6 +22,16 @@ func (d *Daemon) pauseReason() string {
 	return ""
 }
 
+// paused is pauseReason's verdict without its text: what the prune asks
+// before each removal.
+func (d *Daemon) paused() bool {
+	if d.cfg.Pause {
+		return true
+	}
+	_, ok := d.views.NodePause()
+	return ok
+}
+
 // pause is what the daemon knows of its pause between runs.
 type pause struct {
 	mu     sync.Mutex
@@ -30,18 +40,21 @@ type pause struct {
 	heldUp bool   // a run was skipped or stopped by it: run once it lifts
 }
 
-// watchPause follows the pause every interval until ctx ends: its gauge and
-// log line when it changes, and the run it held back as soon as it lifts,
-// not at the next scheduled time.
-func (d *Daemon) watchPause(ctx context.Context, wg *sync.WaitGroup, interval time.Duration) {
+// watchState follows, every interval until ctx ends, what the daemon says
+// between runs: its dependencies' outages (health) and its pause, whose
+// gauge and log line change with it and whose held-back run starts as soon
+// as it lifts, not at the next scheduled time.
+func (d *Daemon) watchState(ctx context.Context, wg *sync.WaitGroup, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	d.notePause(ctx, wg)
 	for {
-		d.notePause(ctx, wg)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case now := <-tick.C:
+			d.health.observe(now, d.views.Problems())
+			d.notePause(ctx, wg)
 		}
 	}
 }

@@ -130,6 +130,9 @@ func (j *Writer) Close() error {
 // oldest first. A line that does not parse (a write cut short by a crash)
 // is skipped.
 func Read(dir string, n int) ([]Record, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
 	var recs []Record
 	for _, name := range []string{OldFileName, FileName} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -146,9 +149,6 @@ func Read(dir string, n int) ([]Record, error) {
 			}
 			recs = append(recs, r)
 		}
-	}
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	if n > 0 && len(recs) > n {
 		recs = slices.Clone(recs[len(recs)-n:])

@@ -294,11 +294,7 @@ func (v *Views) NodePause() (string, bool) {
 	if v.nodeWatch == nil {
 		return "", false
 	}
-	n, err := v.nodeWatch.current()
-	if err != nil {
-		return "", false // no Node: the views are not proven, nothing goes anyway
-	}
-	return n.pause, n.pause != ""
+	return v.nodeWatch.pause()
 }
 
 // Problem is a source that a view cannot follow now, and why.

@@ -102,9 +102,7 @@ func infoOf(obj *unstructured.Unstructured) nodeInfo {
 	var n nodeInfo
 	n.bootID, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "bootID")
 	n.runtime, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "containerRuntimeVersion")
-	if v := obj.GetAnnotations()[PauseAnnotation]; v != "false" {
-		n.pause = v
-	}
+	n.pause = pauseOf(obj)
 	return n
 }
 
@@ -200,6 +198,27 @@ func (w *nodeWatcher) current() (nodeInfo, error) {
 		return nodeInfo{}, apierrors.NewNotFound(nodesResource.GroupResource(), w.name)
 	}
 	return infoOf(obj.(*unstructured.Unstructured)), nil
+}
+
+// pause reads the Node's PauseAnnotation from the store: asked before
+// every removal, so it reads that one field, not the whole nodeInfo. No
+// Node is no pause: its views are not proven then, and nothing goes anyway.
+func (w *nodeWatcher) pause() (string, bool) {
+	obj, ok, err := w.store.GetByKey(w.name)
+	if err != nil || !ok {
+		return "", false
+	}
+	v := pauseOf(obj.(*unstructured.Unstructured))
+	return v, v != ""
+}
+
+// pauseOf is the PauseAnnotation's value, "" when it does not pause.
+func pauseOf(obj *unstructured.Unstructured) string {
+	v, _, _ := unstructured.NestedString(obj.Object, "metadata", "annotations", PauseAnnotation)
+	if v == "false" {
+		return ""
+	}
+	return v
 }
 
 // Holds implements Witness: the Node is, at this moment, the one the last

@@ -214,9 +214,7 @@ func (e *executor) synced() bool {
 // clock set), or a pause. It records the first stop for the workers.
 func (e *executor) halt() (Reason, bool) {
 	if !e.synced() {
-		if !e.stop.Load() {
-			e.stop.Store(true)
-		}
+		e.stop.Store(true)
 		return e.stopReason(), true
 	}
 	if e.opts.Paused != nil && e.opts.Paused() {

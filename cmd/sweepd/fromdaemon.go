@@ -114,7 +114,8 @@ func readDaemon(proc string, pid int) (daemonProcess, bool, error) {
 // dry run: what `sweepd prune --from-daemon` decides with.
 func (d daemonProcess) config(e *env) (daemon.Config, error) {
 	cmd := &cobra.Command{Use: "daemon"}
-	cmd.Flags().AddFlagSet(newRootFlags())
+	var format, level string // the daemon's; not this command's
+	addRootFlags(cmd.Flags(), &format, &level)
 	f := addDaemonFlags(cmd)
 	if err := cmd.Flags().Parse(d.args); err != nil {
 		return daemon.Config{}, fmt.Errorf("the command line of sweepd daemon (pid %d): %w", d.pid, err)
@@ -154,14 +155,4 @@ func checkFromDaemonFlags(cmd *cobra.Command) error {
 		return usagef("--dry-run=false: --from-daemon only reports what the daemon would remove; the daemon removes it")
 	}
 	return nil
-}
-
-// newRootFlags are sweepd's root flags, to parse a command line with; their
-// values are not used.
-func newRootFlags() *pflag.FlagSet {
-	fs := pflag.NewFlagSet("root", pflag.ContinueOnError)
-	format, level := "text", "info"
-	fs.Var(choiceValue{p: &format, choices: []string{"text", "json"}}, "log-format", "")
-	fs.Var(levelValue{p: &level}, "log-level", "")
-	return fs
 }

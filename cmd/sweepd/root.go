@@ -130,10 +130,7 @@ Exit status: 0 ok, 1 failure, 2 usage error or refused configuration.`,
 	// any exported method: 5 MB of binary and 2 MiB of resident memory.
 	root.Flags().Bool("version", false, "print the version and exit")
 
-	pf := root.PersistentFlags()
-	logFormat, logLevel = "text", "info"
-	pf.Var(choiceValue{p: &logFormat, choices: []string{"text", "json"}}, "log-format", "log format: text or json")
-	pf.Var(levelValue{p: &logLevel}, "log-level", "log level: debug, info, warn or error")
+	addRootFlags(root.PersistentFlags(), &logFormat, &logLevel)
 
 	root.AddCommand(
 		cleanupCommand(e),
@@ -266,4 +263,11 @@ func helpWidth(w io.Writer) int {
 		return cols
 	}
 	return 80
+}
+
+// addRootFlags adds sweepd's global flags: the log's format and level.
+func addRootFlags(fs *pflag.FlagSet, format, level *string) {
+	*format, *level = "text", "info"
+	fs.Var(choiceValue{p: format, choices: []string{"text", "json"}}, "log-format", "log format: text or json")
+	fs.Var(levelValue{p: level}, "log-level", "log level: debug, info, warn or error")
 }

@@ -58,18 +58,9 @@ func Hint(err error) string {
 // socket that does not exist. `sweepd prune` gives up at once on those,
 // with the hint, instead of retrying until its timeout.
 func Permanent(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		dns     *net.DNSError
-		unknown x509.UnknownAuthorityError
-		invalid x509.CertificateInvalidError
-		host    x509.HostnameError
-	)
-	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || utilnet.IsConnectionRefused(err) ||
-		(errors.As(err, &dns) && dns.IsNotFound) || errors.Is(err, os.ErrNotExist) ||
-		errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &host)
+	// Every failure Hint explains is one of those; a missing file that is
+	// no socket is too.
+	return Hint(err) != "" || errors.Is(err, os.ErrNotExist)
 }
 
 // serverHost is the host:port of the request that err is about, if it says.
