@@ -155,3 +155,38 @@ func TestBootWitnessHolds(t *testing.T) {
 		t.Error("still proven without a Node")
 	}
 }
+
+// TestNodePause: the pause is the Node's annotation as the store holds it
+// now; "false" and no annotation do not pause, and no Node is no pause (its
+// views are not proven then, so nothing is removed anyway).
+func TestNodePause(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string // nil: no Node in the store
+		want        string
+		paused      bool
+	}{
+		{"annotated", map[string]string{PauseAnnotation: "ticket 123"}, "ticket 123", true},
+		{"annotated true", map[string]string{PauseAnnotation: "true"}, "true", true},
+		{"annotated false", map[string]string{PauseAnnotation: "false"}, "", false},
+		{"other annotations", map[string]string{"example.com/x": "y"}, "", false},
+		{"no Node", nil, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &nodeWatcher{name: "n1", store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+			if tc.annotations != nil {
+				n := &unstructured.Unstructured{}
+				n.SetName("n1")
+				n.SetAnnotations(tc.annotations)
+				// As the watch stores it: cut down by slimNode.
+				if err := w.store.Add(slimNode(n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v := &Views{nodeWatch: w}
+			if got, ok := v.NodePause(); got != tc.want || ok != tc.paused {
+				t.Errorf("NodePause() = %q, %v; want %q, %v", got, ok, tc.want, tc.paused)
+			}
+		})
+	}
+}
