@@ -90,6 +90,10 @@ type freshStore struct {
 	// added, when set, is told of each object that arrives after the first
 	// list: by the watch, or in a later list that finds it new.
 	added func(obj any)
+	// deleted, when set, is told of each object that leaves the store: by
+	// the watch's delete, or in a later list that no longer holds it or
+	// holds another object (another UID) under its key.
+	deleted func(obj any)
 }
 
 func (s *freshStore) Add(obj any) error {
@@ -105,15 +109,43 @@ func (s *freshStore) Add(obj any) error {
 
 func (s *freshStore) Update(obj any) error { return s.Store.Update(s.transform(obj)) }
 
+func (s *freshStore) Delete(obj any) error {
+	if err := s.Store.Delete(obj); err != nil {
+		return err
+	}
+	if s.deleted != nil {
+		s.deleted(obj)
+	}
+	return nil
+}
+
 // Replace stores a complete list and only then makes the view fresh.
 func (s *freshStore) Replace(list []any, rv string) error {
-	var arrived []any
-	relist := s.added != nil && s.f.HasSynced()
+	var arrived, gone []any
+	relist := s.f.HasSynced()
+	var kept map[string]struct{}
+	if relist && s.deleted != nil {
+		kept = make(map[string]struct{}, len(list))
+	}
 	for i := range list {
 		list[i] = s.transform(list[i])
-		if relist {
-			if _, ok, _ := s.Get(list[i]); !ok {
-				arrived = append(arrived, list[i])
+		if !relist {
+			continue
+		}
+		old, ok, _ := s.Get(list[i])
+		if s.added != nil && !ok {
+			arrived = append(arrived, list[i])
+		}
+		if kept != nil && ok && sameUID(old, list[i]) {
+			kept[uidOf(old)] = struct{}{}
+		}
+	}
+	if kept != nil {
+		// What the store held that the list does not: pods deleted while
+		// the watch was down, or deleted and made again under their name.
+		for _, old := range s.List() {
+			if _, ok := kept[uidOf(old)]; !ok {
+				gone = append(gone, old)
 			}
 		}
 	}
@@ -123,9 +155,24 @@ func (s *freshStore) Replace(list []any, rv string) error {
 	for _, obj := range arrived {
 		s.added(obj)
 	}
+	for _, obj := range gone {
+		s.deleted(obj)
+	}
 	s.f.setFresh()
 	return nil
 }
+
+// uidOf returns an object's UID, or its key when it has none.
+func uidOf(obj any) string {
+	if m, ok := obj.(metav1.Object); ok && m.GetUID() != "" {
+		return string(m.GetUID())
+	}
+	k, _ := cache.MetaNamespaceKeyFunc(obj)
+	return k
+}
+
+// sameUID reports whether a and b are one object.
+func sameUID(a, b any) bool { return uidOf(a) == uidOf(b) }
 
 func (f *freshness) setFresh() {
 	f.mu.Lock()

@@ -44,6 +44,9 @@ type PodView struct {
 	// that arrives in the view after its first list: a pod just bound to
 	// the node, or bound while the watch was down.
 	arrived func()
+	// deleted, when set before Run (OnDeletion), is told of each pod that
+	// leaves the view after its first list.
+	deleted func(prune.PodRef)
 }
 
 // maxMirrors bounds the memory of mirror pods: a node runs a handful of
@@ -80,6 +83,12 @@ func NewPodView(client metadata.Interface, node string) *PodView {
 	}, added: func(any) {
 		if v.arrived != nil {
 			v.arrived()
+		}
+	}, deleted: func(obj any) {
+		if v.deleted != nil {
+			if ref, ok := podRef(obj); ok {
+				v.deleted(ref)
+			}
 		}
 	}}
 	v.reflector = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store,
@@ -124,6 +133,24 @@ func (v *PodView) SeenMirror(uid string) bool {
 	_, ok := v.mirrors[uid]
 	return ok
 }
+
+// podRef is the identity of a pod object of the view.
+func podRef(obj any) (prune.PodRef, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return prune.PodRef{}, false
+	}
+	return prune.PodRef{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), MirrorUID: m.Annotations[MirrorAnnotation]}, true
+}
+
+// OnDeletion has f called for each pod that leaves the view after its
+// first list: deleted (the watch), or gone from a later list (deleted
+// while the watch was down, or made again under its name with another
+// UID). It must be set before Run; f must not block.
+func (v *PodView) OnDeletion(f func(prune.PodRef)) { v.deleted = f }
 
 // OnArrival has f called for each pod that arrives in the view after its
 // first list; it must be set before Run.

@@ -3,6 +3,7 @@ package liveness
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,43 @@ func TestPodArrivals(t *testing.T) {
 		if len(arrived) != len(st.want) || (len(arrived) > 0 && arrived[len(arrived)-1] != st.want[len(st.want)-1]) {
 			t.Fatalf("%s: arrivals %v, want %v", st.name, arrived, st.want)
 		}
+	}
+}
+
+// TestPodDeletions: the view tells of a pod that leaves it after its first
+// list: by the watch's delete, gone from a later list, or made again under
+// its name with another UID while the watch was down (the old UID left);
+// never of a pod a relist still holds.
+func TestPodDeletions(t *testing.T) {
+	var gone []string
+	s := &freshStore{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), f: newFreshness(errNotListed),
+		transform: func(obj any) any { return obj },
+		deleted:   func(obj any) { gone = append(gone, string(obj.(*metav1.PartialObjectMetadata).UID)) }}
+	again := pod("b")
+	again.UID = "uid-b2"
+	steps := []struct {
+		name string
+		do   func() error
+		want []string
+	}{
+		{"first list", func() error { return s.Replace([]any{pod("a"), pod("b"), pod("c")}, "1") }, nil},
+		{"watch: deleted", func() error { return s.Delete(pod("c")) }, []string{"uid-c"}},
+		{"relist: nothing gone", func() error { return s.Replace([]any{pod("a"), pod("b")}, "2") }, nil},
+		{"relist: b made again with another UID, a gone", func() error { return s.Replace([]any{again}, "3") }, []string{"uid-a", "uid-b"}},
+	}
+	for _, st := range steps {
+		gone = nil
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		slices.Sort(gone)
+		if !slices.Equal(gone, st.want) {
+			t.Fatalf("%s: deletions %v, want %v", st.name, gone, st.want)
+		}
+	}
+	ref, ok := podRef(cache.DeletedFinalStateUnknown{Obj: pod("x")})
+	if !ok || ref.UID != "uid-x" || ref.Name != "x" {
+		t.Fatalf("podRef of a tombstone: %+v, %v", ref, ok)
 	}
 }
 

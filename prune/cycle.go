@@ -105,9 +105,10 @@ func Cycle(ctx context.Context, src Sources, opts Options) (*Summary, CycleResul
 		views.Sandboxes = s
 	}
 	sum, err := Run(ctx, views, opts)
-	if err == nil && src.Boot != nil && !sum.DryRun {
+	if err == nil && src.Boot != nil && !sum.DryRun && opts.Targets == nil {
 		// A dry run leaves the record as it is: what it would remove must
-		// stay earlier-boot for the real run.
+		// stay earlier-boot for the real run. A targeted run read a few
+		// files, not the record's whole.
 		res.BootRecordErr = src.Boot.Save(sum.KeptSandboxes())
 	}
 	return sum, res, err

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sweep-k8s/sweep/cachefile"
 )
 
 // ErrNotSynced means a liveness view (pods or sandboxes) was not, or stopped
@@ -55,6 +57,12 @@ func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
 			defer cancel()
 		}
 	}
+	if opts.Targets != nil {
+		if err := opts.Targets.validate(); err != nil {
+			return newSummary(opts.Dir, opts.DryRun, opts.Release != nil), err
+		}
+		opts.MinAge = opts.Targets.MinAge
+	}
 	// start first: clockStepped measures from it, so a set between it and
 	// now, which now would not show, stops the run's removals.
 	start := time.Now()
@@ -70,12 +78,13 @@ func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
 		views: views,
 		planner: Planner{Index: views.Pods, Mirrors: mirrorHistory(views.Pods), Sandboxes: views.Sandboxes, Boot: views.Boot,
 			NodeName: views.NodeName, Now: now, MinAge: opts.MinAge, Clock: clock, ViewTime: views.ViewTime},
-		debug:   opts.Logger.Enabled(ctx, slog.LevelDebug),
-		paceCtx: paceCtx,
-		started: start,
-		skew:    opts.clockSkew,
-		slots:   make(chan struct{}, opts.ReleaseConcurrency),
-		named:   map[SandboxID]struct{}{},
+		debug:    opts.Logger.Enabled(ctx, slog.LevelDebug),
+		paceCtx:  paceCtx,
+		started:  start,
+		skew:     opts.clockSkew,
+		slots:    make(chan struct{}, opts.ReleaseConcurrency),
+		named:    map[SandboxID]struct{}{},
+		targeted: map[SandboxID]struct{}{},
 	}
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
@@ -173,6 +182,10 @@ type executor struct {
 	// results files it would DEL and remove (dryRunNamed).
 	dryMu    sync.Mutex
 	dryNamed map[SandboxID]struct{}
+	// targeted holds, in a targeted run (Options.Targets), the sandboxes
+	// that the targeted pods' results files name: the only ones whose
+	// scratch files and reservations the run may remove.
+	targeted map[SandboxID]struct{}
 }
 
 // maxRemovalLogs is how many removals a run logs at info level, each with
@@ -297,7 +310,7 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 		}
 		maps.Copy(e.named, referenced)
 	}
-	if complete {
+	if complete && e.opts.Targets == nil {
 		// Before a dry run's would-be DELs join: the record is of files left.
 		sum.kept = maps.Clone(e.named)
 	}
@@ -333,13 +346,19 @@ func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[San
 		// reading it, phase 2 can't know which sandboxes are referenced.
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(c.dir, "results"), err)
 	default:
+		defer results.Close()
 		referenced, err = e.results(ctx, c, results, sum)
-		results.Close()
 		if err != nil {
 			return nil, err
 		}
 	}
-	err = e.phase(ctx, c, dir, PhaseScratch, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+	var scratchNames []string
+	if e.opts.Targets != nil {
+		if scratchNames, referenced, err = e.targetedScratch(results, referenced); err != nil {
+			return nil, err
+		}
+	}
+	err = e.phase(ctx, c, dir, PhaseScratch, sum, scratchNames, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.scratch(fd, name, typ, referenced)
 	}, func(ws []*worker) {
 		for _, w := range ws {
@@ -359,10 +378,17 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 	referenced := map[SandboxID]struct{}{}
 	var pending []string
 	newer := map[string]struct{}{}
-	err := e.phase(ctx, c, dir, PhaseResults, sum, func(w *worker, fd int, name string, typ os.FileMode) {
+	var names []string
+	if t := e.opts.Targets; t != nil {
+		names = append([]string{}, t.Results[c.name]...) // not nil: none is none
+	}
+	err := e.phase(ctx, c, dir, PhaseResults, sum, names, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.results(fd, name, typ, nil)
 	}, func(ws []*worker) {
 		for _, w := range ws {
+			for id := range w.targeted {
+				e.targeted[id] = struct{}{}
+			}
 			for id := range w.referenced {
 				referenced[id] = struct{}{}
 			}
@@ -397,8 +423,9 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 
 // phase streams the entries of dir to workers and merges their counts. The
 // directory is read in batches while workers delete, so memory does not grow
-// with the number of files.
-func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase, sum *Summary,
+// with the number of files. A targeted run gives the names instead (not
+// nil), which are then taken for regular files until opened.
+func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase, sum *Summary, names []string,
 	handle func(w *worker, fd int, name string, typ os.FileMode), merge func([]*worker)) error {
 	type item struct {
 		name string
@@ -438,7 +465,18 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 		chunk = 1
 	}
 	var readErr error
-	for ctx.Err() == nil && !e.stop.Load() {
+	if names != nil {
+		for len(names) > 0 && ctx.Err() == nil && !e.stop.Load() {
+			n := min(chunk, len(names))
+			batch := make([]item, n)
+			for i, name := range names[:n] {
+				batch[i] = item{name: name}
+			}
+			batches <- batch
+			names = names[n:]
+		}
+	}
+	for names == nil && ctx.Err() == nil && !e.stop.Load() {
 		ents, err := dir.ReadDir(256)
 		for len(ents) > 0 {
 			n := min(chunk, len(ents))
@@ -472,4 +510,43 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 		return ctx.Err()
 	}
 	return readErr
+}
+
+// targetedScratch returns, for a targeted run, the scratch files it may
+// remove (those of the targeted pods' sandboxes) and the sandboxes still
+// named, adding to referenced those that a results file left in results
+// names: a targeted run read only its own, and another pod's file of the
+// same sandbox (never made by multus, but possible by hand) keeps the
+// scratch file as in a full run. It lists the names only.
+func (e *executor) targetedScratch(results *os.File, referenced map[SandboxID]struct{}) ([]string, map[SandboxID]struct{}, error) {
+	names := []string{}
+	if results == nil {
+		return names, referenced, nil
+	}
+	for id := range e.targeted {
+		names = append(names, id.String())
+	}
+	if len(names) == 0 {
+		return names, referenced, nil
+	}
+	if _, err := results.Seek(0, io.SeekStart); err != nil {
+		return nil, nil, fmt.Errorf("list %s again: %w", results.Name(), err)
+	}
+	for {
+		left, err := results.Readdirnames(256)
+		for _, name := range left {
+			if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
+				if _, t := e.targeted[id]; t {
+					referenced[id] = struct{}{}
+				}
+			}
+		}
+		if err == io.EOF || len(left) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", results.Name(), err)
+		}
+	}
+	return names, referenced, nil
 }

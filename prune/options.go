@@ -21,6 +21,9 @@ type Options struct {
 	// before its next scheduled run, so that a paced drain spreads over runs
 	// that never overlap and each run's summary counts what is left.
 	ReleaseUntil time.Time
+	// Targets, when set, narrow the run to the files of pods whose
+	// deletion the caller confirmed (Targets).
+	Targets *Targets
 	// clockSkew, in tests, replaces the measurement of the wall clock
 	// against the monotonic clock since the run began (clockStepped).
 	clockSkew func() time.Duration

@@ -138,6 +138,10 @@ const (
 	// prune was paused (Deps.Paused: the Node's pause annotation); the run
 	// after the pause removes it.
 	ReasonPaused Reason = "paused"
+	// ReasonNotTarget: a check of deleted pods (Options.Targets) found the
+	// file naming another pod than those it checks; the scheduled run
+	// judges it.
+	ReasonNotTarget Reason = "not-target"
 	// ReasonChanged: the file changed between planning and removal.
 	ReasonChanged Reason = "changed"
 	// ReasonError: it could not be read or removed; counted as an error.

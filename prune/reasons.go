@@ -19,6 +19,7 @@ func KeptReasons() []Reason {
 		ReasonOtherName, ReasonChanged, ReasonError, ReasonCNIDelFailed,
 		ReasonCNIDelDeferred, ReasonSandboxLive, ReasonStaticPod, ReasonNewerThanView,
 		ReasonClockUnsettled, ReasonNoResultsDir, ReasonConflicting, ReasonViewStale, ReasonPaused,
+		ReasonNotTarget,
 	}
 }
 

@@ -336,6 +336,10 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 			e.warnFile("cannot read host-local reservation", "phase", PhaseReservation, "file", f.Name, "error", err)
 			rc.Errors++
 			d = keep(ReasonError)
+		case e.opts.Targets != nil && !e.targetedReservation(re):
+			// Not a targeted pod's: the scheduled run's, and not counted.
+			rc.Scanned--
+			continue
 		default:
 			d = e.planner.Reservation(re, known)
 			f.ModTime = re.ModTime
@@ -353,6 +357,17 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 		e.recordReservation(rc, f, d, re.Reservation)
 	}
 	return nil
+}
+
+// targetedReservation reports whether a reservation is of a sandbox of a
+// targeted run's pods.
+func (e *executor) targetedReservation(re ReservationEntry) bool {
+	if re.ParseReason != "" {
+		return false
+	}
+	id, ok := cachefile.ParseSandboxID(re.Reservation.ContainerID)
+	_, t := e.targeted[id]
+	return ok && t
 }
 
 // readReservation opens name without following a symlink or blocking on a

@@ -36,6 +36,9 @@ type worker struct {
 	current map[string]struct{}
 	// scratchKept holds the sandboxes of the scratch files kept (phase 2).
 	scratchKept map[SandboxID]struct{}
+	// targeted holds, in a targeted run, the sandboxes of the results
+	// files of targeted pods.
+	targeted map[SandboxID]struct{}
 }
 
 func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker {
@@ -45,6 +48,7 @@ func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker 
 		w.buf = make([]byte, e.opts.MaxFileSize)
 		w.referenced = map[SandboxID]struct{}{}
 		w.current = map[string]struct{}{}
+		w.targeted = map[SandboxID]struct{}{}
 	} else {
 		w.scratchKept = map[SandboxID]struct{}{}
 	}
@@ -72,8 +76,18 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		w.e.warnFile("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
 		d = keep(ReasonError)
 		w.counts.errors++
+	case re.ParseReason == "" && w.e.opts.Targets != nil && !w.e.opts.Targets.has(re.Cache.PodUID):
+		// Another pod's file, since the name was found: the scheduled run
+		// judges it, by the rules for pods not known dead.
+		d = keep(ReasonNotTarget)
 	default:
 		d = w.planner.Results(re)
+		if w.e.opts.Targets != nil {
+			ids, n := re.sandboxes()
+			for _, id := range ids[:n] {
+				w.targeted[id] = struct{}{}
+			}
+		}
 	}
 	switch {
 	case d.NeedsWitness && newer == nil:

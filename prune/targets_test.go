@@ -1,0 +1,228 @@
+package prune_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+)
+
+// targetNode is a cache with one sandbox per pod: name → its sandbox and
+// results files.
+type targetNode struct {
+	dir      string
+	sandbox  map[string]string
+	results  map[string][]string
+	uid      map[string]string
+	sandboxV *sandboxes
+}
+
+// newTargetNode writes one sandbox per pod of ages (pod name → age of its
+// files).
+func newTargetNode(t *testing.T, ages map[string]time.Duration) *targetNode {
+	t.Helper()
+	n := &targetNode{dir: filepath.Join(t.TempDir(), "multus"), sandbox: map[string]string{}, results: map[string][]string{},
+		uid: map[string]string{}, sandboxV: newSandboxes()}
+	for name, age := range ages {
+		sb, uid := multuscache.NewSandboxID(), multuscache.UID(name)
+		paths, err := multuscache.Sandbox(n.dir, sb, multuscache.Pod{Namespace: "ns", Name: name, UID: uid},
+			multuscache.DefaultAttachments(), time.Now().Add(-age))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.sandbox[name], n.uid[name] = sb, uid
+		for _, p := range paths[1:] {
+			n.results[name] = append(n.results[name], filepath.Base(p))
+		}
+	}
+	return n
+}
+
+func (n *targetNode) uids(names ...string) map[string]struct{} {
+	s := map[string]struct{}{}
+	for _, name := range names {
+		s[n.uid[name]] = struct{}{}
+	}
+	return s
+}
+
+func (n *targetNode) exists(t *testing.T, path string) bool {
+	t.Helper()
+	_, err := os.Lstat(filepath.Join(n.dir, path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestTargetedRun: a check of deleted pods removes only the files of the
+// pods it targets, by the rules of a full run with its own minimum age: a
+// live pod's file stays even when it is listed, another pod's file found
+// under a target's name stays (not-target), a file younger than the
+// targets' minimum age stays, a sandbox the runtime still lists keeps its
+// results and scratch files, and a dead pod not targeted is left to the
+// scheduled run.
+func TestTargetedRun(t *testing.T) {
+	n := newTargetNode(t, map[string]time.Duration{
+		"gone": 10 * time.Minute, "live": 10 * time.Minute, "other-dead": 10 * time.Minute,
+		"young": 30 * time.Second, "running": 10 * time.Minute,
+	})
+	sid, _ := cachefile.ParseSandboxID(n.sandbox["running"])
+	n.sandboxV.ids[sid] = struct{}{}
+	pods := prune.NewPodSet([]prune.PodRef{{Namespace: "ns", Name: "live", UID: n.uid["live"]}})
+
+	files := prune.NewPodFiles()
+	cfg := prune.Config{Dir: n.dir, MinAge: time.Hour, Workers: 2}
+	targets := n.uids("gone", "young", "running")
+	found, st, err := files.Find(cfg, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, name := range []string{"gone", "young", "running"} {
+		want = append(want, n.results[name]...)
+	}
+	got := found[prune.CacheMultus]
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) || st.Read != 10 || st.Listed != 10 {
+		t.Fatalf("Find: %v (stats %+v), want %v after reading the 10 results files once", got, st, want)
+	}
+	// A live pod's files listed by mistake stay: the run is for the
+	// targets only, and the live pod is no target.
+	found[prune.CacheMultus] = append(found[prune.CacheMultus], n.results["live"]...)
+
+	var outcomes []prune.File
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: pods, Sandboxes: n.sandboxV},
+		prune.Options{Config: cfg, Deps: prune.Deps{OnFile: func(f prune.File) { outcomes = append(outcomes, f) }},
+			Targets: &prune.Targets{UIDs: targets, Results: found, MinAge: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, gone := range map[string]bool{"gone": true, "live": false, "other-dead": false, "young": false, "running": false} {
+		for _, f := range n.results[name] {
+			if n.exists(t, "results/"+f) == gone {
+				t.Errorf("%s: results file %s: removed %v, want %v", name, f, !gone, gone)
+			}
+		}
+		if n.exists(t, n.sandbox[name]) == gone {
+			t.Errorf("%s: scratch file: removed %v, want %v", name, !gone, gone)
+		}
+	}
+	wantKept := map[prune.Reason]int{prune.ReasonNotTarget: 2, prune.ReasonTooYoung: 2, prune.ReasonSandboxLive: 2, prune.ReasonSandboxReferenced: 2}
+	for r, c := range wantKept {
+		if sum.Kept[r] != c {
+			t.Errorf("kept %s: %d, want %d (all kept: %v)", r, sum.Kept[r], c, sum.Kept)
+		}
+	}
+	if sum.Removed[prune.PhaseResults] != 2 || sum.Removed[prune.PhaseScratch] != 1 {
+		t.Errorf("removed %v, want the gone pod's 2 results files and its scratch file", sum.Removed)
+	}
+	if len(outcomes) != 11 {
+		t.Errorf("%d outcomes reported, want 11: 8 results files, 3 scratch files", len(outcomes))
+	}
+	if sum.KeptSandboxes() != nil {
+		t.Error("a targeted run read a few files: it must not claim to know every sandbox kept (the boot record)")
+	}
+}
+
+// TestTargetedScratchReferenced: a targeted pod's scratch file stays while
+// a results file left in results/ names its sandbox, although the run read
+// only the targets' files.
+func TestTargetedScratchReferenced(t *testing.T) {
+	n := newTargetNode(t, map[string]time.Duration{"gone": 10 * time.Minute})
+	sb := n.sandbox["gone"]
+	// Another network's file of the same sandbox that names another pod
+	// (made by hand; multus never would): not a target, and it keeps the
+	// scratch file.
+	other := filepath.Join(n.dir, "results", "extra-net-"+sb+"-net9")
+	if err := os.WriteFile(other, multuscache.ResultsJSON(sb, multuscache.Pod{Namespace: "ns", Name: "x", UID: multuscache.UID("x")},
+		multuscache.Attachment{Network: "extra-net", IfName: "net9", IP: "10.9.0.2/24"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := prune.Config{Dir: n.dir, MinAge: time.Hour, Workers: 1}
+	found, _, err := prune.NewPodFiles().Find(cfg, n.uids("gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)},
+		prune.Options{Config: cfg, Targets: &prune.Targets{UIDs: n.uids("gone"), Results: found, MinAge: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Removed[prune.PhaseResults] != 2 || !n.exists(t, sb) || sum.Kept[prune.ReasonSandboxReferenced] != 1 {
+		t.Fatalf("removed %v, kept %v, scratch there %v; want 2 results removed, the scratch file kept as referenced",
+			sum.Removed, sum.Kept, n.exists(t, sb))
+	}
+	if !n.exists(t, "results/"+filepath.Base(other)) {
+		t.Fatal("another pod's file was removed by a targeted run")
+	}
+}
+
+// TestPodFilesReadsOnce: a results file is read by the first Find that
+// lists it, or never when a run reported it (Observe); a later Find reads
+// only what is new, and forgets what went.
+func TestPodFilesReadsOnce(t *testing.T) {
+	n := newTargetNode(t, map[string]time.Duration{"a": time.Hour, "b": time.Hour})
+	cfg := prune.Config{Dir: n.dir}
+	files := prune.NewPodFiles()
+	files.Observe(prune.File{Cache: prune.CacheMultus, Phase: prune.PhaseResults, Name: n.results["a"][0],
+		Pod: prune.PodRef{UID: n.uid["a"]}, ModTime: time.Now()})
+	steps := []struct {
+		name     string
+		before   func()
+		uids     []string
+		found    int
+		read     int
+		remember int
+	}{
+		{name: "first", uids: []string{"a"}, found: 2, read: 3, remember: 4},
+		{name: "nothing new", uids: []string{"a", "b"}, found: 4, read: 0, remember: 4},
+		{name: "one pod more", before: func() {
+			if _, err := multuscache.Sandbox(n.dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "ns", Name: "c", UID: multuscache.UID("c")},
+				multuscache.DefaultAttachments(), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}, uids: []string{"c"}, found: 2, read: 2, remember: 6},
+		{name: "one pod gone", before: func() {
+			for _, f := range n.results["b"] {
+				if err := os.Remove(filepath.Join(n.dir, "results", f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, uids: []string{"b"}, found: 0, read: 0, remember: 4},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		uids := map[string]struct{}{}
+		for _, name := range st.uids {
+			uids[multuscache.UID(name)] = struct{}{}
+		}
+		found, stats, err := files.Find(cfg, uids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found[prune.CacheMultus]) != st.found || stats.Read != st.read || files.Len() != st.remember {
+			t.Fatalf("%s: found %d, read %d, remembers %d; want %d, %d, %d", st.name, len(found[prune.CacheMultus]), stats.Read,
+				files.Len(), st.found, st.read, st.remember)
+		}
+	}
+}
+
+// TestTargetsInvalid: a targeted run without a UID removes nothing.
+func TestTargetsInvalid(t *testing.T) {
+	n := newTargetNode(t, map[string]time.Duration{"gone": time.Hour})
+	_, err := prune.Run(t.Context(), prune.Views{Pods: prune.NewPodSet(nil)},
+		prune.Options{Config: prune.Config{Dir: n.dir}, Targets: &prune.Targets{}})
+	if !errors.Is(err, prune.ErrTargetsInvalid) || !n.exists(t, n.sandbox["gone"]) {
+		t.Fatalf("err %v; want ErrTargetsInvalid and nothing removed", err)
+	}
+}
