@@ -45,6 +45,13 @@ type Config struct {
 	Schedule string
 	// PruneOnStart runs a prune right after the first sync.
 	PruneOnStart bool
+	// DeletedPodGrace, when positive, checks the files of each pod of the
+	// node this long after the view of its pods sees it deleted, instead
+	// of leaving them to the next scheduled run: a targeted run over that
+	// pod's files once the API server confirms its deletion
+	// (DefaultDeletedPodGrace; 0: off). Needs the pods' view: api or both
+	// liveness.
+	DeletedPodGrace time.Duration
 	// SyncTimeout bounds the wait for a fresh view before a run is skipped.
 	SyncTimeout time.Duration
 	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
@@ -111,6 +118,10 @@ type Config struct {
 	// with cri liveness.
 	Uninstall *uninstall.Config
 }
+
+// minDeletedPodGrace is the floor of DeletedPodGrace, unless
+// AllowShortIntervals.
+const minDeletedPodGrace = 5 * time.Second
 
 // MinInterval is the floor of the minimum age and of the schedule's
 // interval. A minimum age under it no longer covers a slow CNI ADD (the
@@ -241,6 +252,14 @@ func (c Config) Validate() error {
 	if c.CNIDelYield < 0 {
 		return fieldError("CNIDelYield", "must not be negative")
 	}
+	if c.DeletedPodGrace < 0 {
+		return fieldError("DeletedPodGrace", "must not be negative (0: off)")
+	}
+	if c.DeletedPodGrace > 0 && c.DeletedPodGrace < minDeletedPodGrace && !c.AllowShortIntervals {
+		// Under it, the check races the kubelet's own teardown: a DEL
+		// twice, and a force-deleted pod's sandbox still stopping.
+		return fieldError("DeletedPodGrace", "must be at least %s (0: off)", minDeletedPodGrace)
+	}
 	if c.CNIDel != nil {
 		if len(c.CNIDel.BinDirs) == 0 {
 			return fieldError("CNIDel.BinDirs", "CNI DEL needs a plugin directory")
@@ -307,6 +326,9 @@ type Daemon struct {
 	proofSeen     bool       // a proof has been recorded
 	proofMsg      string     // its error, "" for success
 	running       sync.Mutex // held by the prune run in progress
+	// The check of deleted pods; nil without it (DeletedPodGrace).
+	deletedQueue *deletedQueue
+	podFiles     *prune.PodFiles
 }
 
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
@@ -353,9 +375,14 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.journal != nil {
-		d.deps.OnFile = d.journal.File
+	if pods := views.Pods(); pods != nil && cfg.DeletedPodGrace > 0 {
+		d.deletedQueue, d.podFiles = newDeletedQueue(), prune.NewPodFiles()
+		pods.OnDeletion(d.podDeleted)
+	} else if cfg.DeletedPodGrace > 0 {
+		d.log.Info("deleted pods are not checked early: with cri liveness the daemon does not watch the node's pods; the scheduled runs prune their files",
+			"deleted_pod_grace", cfg.DeletedPodGrace)
 	}
+	d.deps.OnFile = d.onFile()
 	if pods := views.Pods(); pods != nil {
 		if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
 			g := newStartGate(d.cfg.CNIDelYield)
@@ -371,6 +398,9 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
 		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
+	if d.deletedQueue != nil {
+		d.metrics.deletedPodSeries(d.deletedQueue.len)
+	}
 	if d.cfg.RebootAware {
 		d.boot = loadBoot(d.cfg, d.log, d.metrics.bootErrors.Inc)
 	}
@@ -580,6 +610,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.synced.Store(true)
+	if d.deletedQueue != nil {
+		wg.Go(func() { d.checkDeletedPods(ctx) })
+	}
 	// Not ready until the views are proven to be this node's; the proof is
 	// kept up between runs, so that readiness follows a Node that goes or
 	// starts reporting another boot.
@@ -803,15 +836,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.setProven(nil)
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
-	if d.journal != nil {
-		if jerr := d.journal.Flush(); jerr != nil && !d.journalFailed {
-			d.journalFailed = true
-			d.log.Warn("cannot write the journal of removals; the log and the Node's Events still have them", "error", jerr)
-		}
-	}
-	if d.events != nil {
-		d.events.record(ctx, sum)
-	}
+	d.afterRun(ctx, sum)
 	attrs := summaryAttrs(sum)
 	switch {
 	case errors.Is(err, prune.ErrPaused):
@@ -826,6 +851,38 @@ func (d *Daemon) cycle(ctx context.Context) {
 	default:
 		d.log.Info("prune done", attrs...)
 	}
+}
+
+// afterRun records a run's removals where they outlive the log: the
+// journal and the Node's Events. The caller holds running.
+func (d *Daemon) afterRun(ctx context.Context, sum *prune.Summary) {
+	if d.journal != nil {
+		if jerr := d.journal.Flush(); jerr != nil && !d.journalFailed {
+			d.journalFailed = true
+			d.log.Warn("cannot write the journal of removals; the log and the Node's Events still have them", "error", jerr)
+		}
+	}
+	if d.events != nil {
+		d.events.record(ctx, sum)
+	}
+}
+
+// onFile is what the runs tell of each file: the journal's record of a
+// removal, and the memory of which pod each results file left belongs to,
+// so that the check of a deleted pod need not read it.
+func (d *Daemon) onFile() func(prune.File) {
+	switch {
+	case d.journal != nil && d.podFiles != nil:
+		return func(f prune.File) {
+			d.journal.File(f)
+			d.podFiles.Observe(f)
+		}
+	case d.journal != nil:
+		return d.journal.File
+	case d.podFiles != nil:
+		return d.podFiles.Observe
+	}
+	return nil
 }
 
 // releaseUntil is when a run started at now stops starting CNI DELs: before

@@ -79,6 +79,11 @@ type metrics struct {
 	hlReleases *prometheus.CounterVec
 	hlKept     *prometheus.GaugeVec
 	hlStale    prometheus.Gauge
+	// The checks of deleted pods' series; nil without them.
+	deleted       *prometheus.CounterVec
+	lookups       *prometheus.CounterVec
+	deletedChecks prometheus.Counter
+	deletedRead   prometheus.Counter
 }
 
 // maxDELLabels bounds the plugin and IPAM pairs of
@@ -95,6 +100,9 @@ type metricsConfig struct {
 	// runtimeCache: the runtime's own cache is pruned too, and has series
 	// of its own (cache="runtime").
 	runtimeCache bool
+	// deletedQueue, when set, is the queue of deleted pods waiting for
+	// their check (Config.DeletedPodGrace).
+	deletedQueue func() int
 }
 
 // phases returns the phases of a cache's files: the runtime's cache has
@@ -256,6 +264,9 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		}
 		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
 	}
+	if cfg.deletedQueue != nil {
+		m.deletedPodSeries(cfg.deletedQueue)
+	}
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
@@ -303,29 +314,68 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 	return m
 }
 
-// observe records one finished run.
-func (m *metrics) observe(sum *prune.Summary, err error) {
-	m.duration.Observe(sum.Duration.Seconds())
+// deletedPodSeries registers the series of the checks of deleted pods.
+func (m *metrics) deletedPodSeries(queued func() int) {
+	m.deleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sweep_deleted_pods_total",
+		Help: "Pods that left the view of the node's pods, by the outcome of their check: pruned (it removed or released something of the pod), nothing-left, kept (files still kept after its last attempt: the scheduled run's), alive (the API server still has the pod), static (a mirror pod: never checked), dropped (the queue was full).",
+	}, []string{"outcome"})
+	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sweep_deleted_pod_lookups_total",
+		Help: "GETs of deleted pods from the API server before their check, by result: gone, replaced (another pod of that name), alive, error. At most one that answers per pod.",
+	}, []string{"result"})
+	m.deletedChecks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sweep_deleted_pod_checks_total",
+		Help: "Targeted prune runs over the files of deleted pods; one covers the pods that came due within a few seconds of each other.",
+	})
+	m.deletedRead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sweep_deleted_pod_files_read_total",
+		Help: "Results files read to find the files of deleted pods: each once while it stays, unless a prune run reported it first.",
+	})
+	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sweep_deleted_pods_queued",
+		Help: "Deleted pods waiting for their check (at most 4096).",
+	}, func() float64 { return float64(queued()) })
+	for _, o := range deletedOutcomes() {
+		m.deleted.WithLabelValues(o)
+	}
+	for _, r := range []string{string(liveness.DeletionGone), string(liveness.DeletionReplaced), string(liveness.DeletionAlive), lookupError} {
+		m.lookups.WithLabelValues(r)
+	}
+	m.registry.MustRegister(m.deleted, m.lookups, m.deletedChecks, m.deletedRead, queue)
+}
+
+// count adds a run's removals, DELs and releases to the counters: all a
+// targeted run (a check of deleted pods) records, as it saw a few files and
+// its counts of what is left would mislead.
+func (m *metrics) count(sum *prune.Summary) {
 	m.fileErrors.Add(float64(sum.Errors))
-	caches := cachesOf(sum)
-	if !sum.DryRun {
-		for _, c := range caches {
-			for _, p := range phases(c.Name) {
-				m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
-			}
-			for _, r := range prune.RemovedReasons() {
-				m.removedBy.WithLabelValues(string(c.Name), string(r)).Add(float64(c.RemovedBy[r]))
-			}
+	if sum.DryRun {
+		return
+	}
+	for _, c := range cachesOf(sum) {
+		for _, p := range phases(c.Name) {
+			m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
 		}
-		if c := sum.CNIDel; c != nil {
-			m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
-			m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
-			m.delHeld.Add(c.HeldSeconds)
-		}
-		if r := sum.Reservations; r != nil && m.hlReleases != nil {
-			m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))
+		for _, r := range prune.RemovedReasons() {
+			m.removedBy.WithLabelValues(string(c.Name), string(r)).Add(float64(c.RemovedBy[r]))
 		}
 	}
+	if c := sum.CNIDel; c != nil {
+		m.cniDels.WithLabelValues(cniDelSucceeded).Add(float64(c.Succeeded))
+		m.cniDels.WithLabelValues(cniDelFailed).Add(float64(c.Failed))
+		m.delHeld.Add(c.HeldSeconds)
+	}
+	if r := sum.Reservations; r != nil && m.hlReleases != nil {
+		m.hlReleases.WithLabelValues(string(prune.ReasonOrphanedReservation)).Add(float64(r.Released))
+	}
+}
+
+// observe records one finished scheduled run.
+func (m *metrics) observe(sum *prune.Summary, err error) {
+	m.duration.Observe(sum.Duration.Seconds())
+	m.count(sum)
+	caches := cachesOf(sum)
 	m.lastRun.SetToCurrentTime()
 	if err != nil {
 		// An interrupted run saw part of the cache only: its counts of kept,

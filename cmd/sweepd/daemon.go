@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sweep-k8s/sweep/daemon"
@@ -30,6 +32,7 @@ config appears.`,
 		ctx := cmd.Context()
 		cfg := p.config(e)
 		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
+		cfg.DeletedPodGrace = f.grace
 		uc, err := u.config()
 		if err != nil {
 			return err
@@ -59,6 +62,7 @@ type daemonCmdFlags struct {
 	onStart   bool
 	addr      string
 	pause     bool
+	grace     time.Duration
 	prune     *pruneFlags
 	uninstall *daemonUninstallFlags
 }
@@ -72,6 +76,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.StringVar(&f.schedule, "schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
 	fs.BoolVar(&f.onStart, "prune-on-start", true, "prune right after the first sync of the node's pods")
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
+	durationVar(fs, &f.grace, "deleted-pod-grace", daemon.DefaultDeletedPodGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
 	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
 	f.prune = addPruneFlags(cmd, true)
 	f.uninstall = addDaemonUninstallFlags(cmd)

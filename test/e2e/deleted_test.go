@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+)
+
+// TestDeletedPodPruned (issue 35): the daemon prunes a deleted pod's files
+// soon after its deletion, not at the next scheduled run (an hour away here,
+// and none at start), against the real API server and a runtime serving the
+// CRI API, with --liveness=both:
+//   - a deleted pod's files go, once the API server confirms it is gone;
+//   - a pod deleted and made again under its name (a StatefulSet's) loses
+//     the old UID's files and keeps the new one's;
+//   - a force-deleted pod whose sandbox the runtime still lists keeps its
+//     files, until the runtime no longer lists it (the check tries again);
+//   - a pod deleted right after its files were written keeps them (its
+//     sandbox's ADD may still run);
+//   - a mirror pod's deletion checks nothing (its static pod is the
+//     kubelet's);
+//   - a live pod's files stay throughout.
+func TestDeletedPodPruned(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	ensureServiceAccount(t, cs, "kube-system")
+	rt := kubeletsRuntime(t)
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	type pod struct {
+		uid, sandbox string
+		files        []string
+	}
+	mk := func(name string, mtime time.Time) pod {
+		p := pod{uid: createPod(t, cs, "default", name, "node-a"), sandbox: multuscache.NewSandboxID()}
+		p.files = sandboxFiles(t, dir, p.sandbox, multuscache.Pod{Namespace: "default", Name: name, UID: p.uid}, mtime)
+		return p
+	}
+	web, sts, force, live, young := mk("web", old), mk("sts-0", old), mk("force", old), mk("live", old), mk("young", time.Now())
+	rt.SetSandboxes(force.sandbox, live.sandbox)
+	mirror := createMirrorPod(t, cs, "kube-proxy-node-a", "node-a")
+
+	d := startDaemon(t, cp.Kubeconfig, "--liveness=both", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=2s", "--node-name=node-a",
+		"--multus-dir="+dir, "--schedule=@every 1h", "--prune-on-start=false", "--min-age=1h", "--deleted-pod-grace=1s",
+		"--allow-short-intervals")
+	framework.Eventually(t, 60*time.Second, "the daemon ready", func() bool {
+		code, _ := d.get("/readyz")
+		return code == 200
+	})
+	del := func(name string) {
+		t.Helper()
+		if err := cs.CoreV1().Pods("default").Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(files []string) func() bool {
+		return func() bool {
+			for _, f := range files {
+				if framework.Exists(f) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	del("web")
+	framework.Eventually(t, 30*time.Second, "the deleted pod's files removed", gone(web.files))
+	d.waitMetric(t, `sweep_deleted_pods_total{outcome="pruned"}`, 1)
+	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 1)
+
+	// Made again under its name before its check: the old UID's files go,
+	// the new one's stay, by UID.
+	del("sts-0")
+	again := mk("sts-0", old)
+	framework.Eventually(t, 30*time.Second, "the old sts-0's files removed", gone(sts.files))
+	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="replaced"}`, 1)
+
+	// Force-deleted while its sandbox runs: kept, then removed once the
+	// runtime no longer lists the sandbox.
+	checks := d.metric(t, "sweep_deleted_pod_checks_total")
+	del("force")
+	framework.Eventually(t, 30*time.Second, "the force-deleted pod checked", func() bool {
+		return d.metric(t, "sweep_deleted_pod_checks_total") > checks
+	})
+	framework.CheckFiles(t, "force-deleted pod, sandbox running", force.files, true)
+	rt.SetSandboxes(live.sandbox, again.sandbox)
+	framework.Eventually(t, 30*time.Second, "the force-deleted pod's files removed once its sandbox is gone", gone(force.files))
+
+	// Its files were written just now: its ADD may still run.
+	checks = d.metric(t, "sweep_deleted_pod_checks_total")
+	del("young")
+	framework.Eventually(t, 30*time.Second, "the young pod checked", func() bool {
+		return d.metric(t, "sweep_deleted_pod_checks_total") > checks
+	})
+	framework.CheckFiles(t, "a pod deleted just after its ADD", young.files, true)
+
+	if err := cs.CoreV1().Pods("kube-system").Delete(t.Context(), mirror, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitMetric(t, `sweep_deleted_pods_total{outcome="static"}`, 1)
+
+	framework.CheckFiles(t, "live pod", live.files, true)
+	framework.CheckFiles(t, "sts-0 made again", again.files, true)
+	if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
+		t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
+	}
+	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 6 {
+		t.Errorf("pod-gone removals %v, want 6: web's, the old sts-0's and force's results files", got)
+	}
+	if data, err := os.ReadFile(d.log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
+		t.Errorf("no log line of the checks (%v)", err)
+	}
+}
+
+// createMirrorPod creates a pod as the kubelet makes a static pod's mirror:
+// its config.mirror annotation holds the static pod's UID (the manifest's
+// hash).
+func createMirrorPod(t *testing.T, cs kubernetes.Interface, name, node string) string {
+	t.Helper()
+	_, err := cs.CoreV1().Pods("kube-system").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Annotations: map[string]string{
+			"kubernetes.io/config.mirror": "0f3c9a1d2b4e5f60718293a4b5c6d7e8", "kubernetes.io/config.source": "file"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/proxy"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
