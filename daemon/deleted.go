@@ -221,6 +221,7 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	}
 	if d.paused() {
 		// Not forgotten: checked once the pause is lifted.
+		d.log.Debug("check of deleted pods held: paused", "pods", len(batch))
 		wait(batch)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sweep-k8s/sweep/test/framework"
@@ -29,6 +30,8 @@ import (
 //     sandbox's ADD may still run);
 //   - a mirror pod's deletion checks nothing (its static pod is the
 //     kubelet's);
+//   - a pod deleted while the node is paused keeps its files until the
+//     pause is lifted, then loses them without waiting for a scheduled run;
 //   - a live pod's files stay throughout.
 func TestDeletedPodPruned(t *testing.T) {
 	cp := controlplane.Start(t)
@@ -48,6 +51,7 @@ func TestDeletedPodPruned(t *testing.T) {
 		return p
 	}
 	web, sts, force, live, young := mk("web", old), mk("sts-0", old), mk("force", old), mk("live", old), mk("young", time.Now())
+	held := mk("held", old)
 	rt.SetSandboxes(force.sandbox, live.sandbox)
 	mirror := createMirrorPod(t, cs, "kube-proxy-node-a", "node-a")
 
@@ -111,13 +115,33 @@ func TestDeletedPodPruned(t *testing.T) {
 	}
 	d.waitMetric(t, `sweep_deleted_pods_total{outcome="static"}`, 1)
 
+	// Deleted while the node is paused: nothing removed, and not
+	// forgotten: checked as soon as the pause is lifted.
+	pause := func(v string) {
+		t.Helper()
+		patch := `{"metadata":{"annotations":{"sweep.k8s.io/pause":` + v + `}}}`
+		if _, err := cs.CoreV1().Nodes().Patch(t.Context(), "node-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pause(`"investigation"`)
+	d.waitMetric(t, "sweep_paused", 1)
+	del("held")
+	framework.Eventually(t, 30*time.Second, "the check held by the pause", func() bool {
+		data, _ := os.ReadFile(d.log)
+		return strings.Contains(string(data), "check of deleted pods held: paused")
+	})
+	framework.CheckFiles(t, "a pod deleted while paused", held.files, true)
+	pause("null")
+	framework.Eventually(t, 30*time.Second, "the paused deletion's files removed once the pause is lifted", gone(held.files))
+
 	framework.CheckFiles(t, "live pod", live.files, true)
 	framework.CheckFiles(t, "sts-0 made again", again.files, true)
 	if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
 		t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
 	}
-	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 6 {
-		t.Errorf("pod-gone removals %v, want 6: web's, the old sts-0's and force's results files", got)
+	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 8 {
+		t.Errorf("pod-gone removals %v, want 8: web's, the old sts-0's, force's and held's results files", got)
 	}
 	if data, err := os.ReadFile(d.log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
 		t.Errorf("no log line of the checks (%v)", err)

@@ -199,7 +199,7 @@ resources:
 // directory, which writes the results file, for the pod's real sandbox and
 // namespace, with the CNI_ARGS of multus's thin plugin (its own five, then
 // the runtime's again). Both files are then aged past the chart's minAge.
-func (c *cluster) attachSecNet(t *testing.T, pod *corev1.Pod, binDir string, conf []byte) *secAttachment {
+func (c *cluster) attachSecNet(t testing.TB, pod *corev1.Pod, binDir string, conf []byte) *secAttachment {
 	t.Helper()
 	sb := c.sandboxOf(t, pod)
 	if sb == nil || sb.NetNS == "" {
@@ -255,7 +255,7 @@ func (c *cluster) attachSecNet(t *testing.T, pod *corev1.Pod, binDir string, con
 }
 
 // nsIP runs ip in the network namespace mounted at path.
-func nsIP(t *testing.T, path string, args ...string) string {
+func nsIP(t testing.TB, path string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("nsenter", append([]string{"--net=" + path, "ip"}, args...)...).CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "does not exist") {

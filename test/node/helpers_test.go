@@ -65,7 +65,7 @@ type cluster struct {
 // startCluster starts a control plane with scheduler and controllers, a real
 // node registered with it, the sweepd image imported into the node's
 // containerd, and the workload namespace.
-func startCluster(t *testing.T, opts ...controlplane.NodeOption) *cluster {
+func startCluster(t testing.TB, opts ...controlplane.NodeOption) *cluster {
 	t.Helper()
 	cp := controlplane.Start(t, controlplane.WithControllerManager(), controlplane.WithScheduler(),
 		controlplane.WithAddress(controlplane.NodeIP))
@@ -82,7 +82,7 @@ func startCluster(t *testing.T, opts ...controlplane.NodeOption) *cluster {
 // images cannot be pulled here: the static sweepd at /sweepd, /cleanup a
 // link to it, the Dockerfile's ENTRYPOINT, and of distroless/static what the
 // pods use of it (root and nonroot users, a sticky /tmp).
-func sweepdImageOf(t *testing.T) controlplane.Image {
+func sweepdImageOf(t testing.TB) controlplane.Image {
 	t.Helper()
 	dockerfile, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
@@ -126,7 +126,7 @@ daemon:
 }
 
 // helm runs the harness's helm against the cluster.
-func (c *cluster) helm(t *testing.T, args ...string) string {
+func (c *cluster) helm(t testing.TB, args ...string) string {
 	t.Helper()
 	helm, err := controlplane.Binary("helm")
 	if err != nil {
@@ -144,7 +144,7 @@ func (c *cluster) helm(t *testing.T, args ...string) string {
 
 // install installs the chart with values and waits (helm --wait) until the
 // DaemonSet's pod on the node is ready, then returns that pod.
-func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
+func (c *cluster) install(t testing.TB, values string) *corev1.Pod {
 	t.Helper()
 	return c.deploy(t, "install", values, true)
 }
@@ -153,7 +153,7 @@ func (c *cluster) install(t *testing.T, values string) *corev1.Pod {
 // the daemon's pod of this revision once the pods of earlier ones are gone:
 // with ready, once it is ready; without, once its container has started,
 // for a daemon that must not become ready (helm --wait would wait for it).
-func (c *cluster) deploy(t *testing.T, verb, values string, ready bool) *corev1.Pod {
+func (c *cluster) deploy(t testing.TB, verb, values string, ready bool) *corev1.Pod {
 	t.Helper()
 	// Not under t.TempDir(): helm splits --values at commas, which a
 	// subtest's name may have.
@@ -228,7 +228,7 @@ func podReady(p *corev1.Pod) bool {
 
 // daemonPods lists the DaemonSet's pods; nil when the API server does not
 // answer.
-func (c *cluster) daemonPods(t *testing.T) []corev1.Pod {
+func (c *cluster) daemonPods(t testing.TB) []corev1.Pod {
 	t.Helper()
 	pods, err := c.cs.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=daemon"})
 	if err != nil {
@@ -239,7 +239,7 @@ func (c *cluster) daemonPods(t *testing.T) []corev1.Pod {
 
 // dumpPods logs every pod's phase, conditions and container states, and the
 // cluster's events: what a test that waited in vain needs.
-func (c *cluster) dumpPods(t *testing.T) {
+func (c *cluster) dumpPods(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -260,7 +260,7 @@ func (c *cluster) dumpPods(t *testing.T) {
 // podLogs returns the logs of a pod's container from the kubelet's log
 // directory (the API server's log endpoint would need the kubelet's
 // serving certificate to be trusted).
-func (c *cluster) podLogs(t *testing.T, pod *corev1.Pod) string {
+func (c *cluster) podLogs(t testing.TB, pod *corev1.Pod) string {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(c.node.Dir, "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "*", "*.log"))
 	var out bytes.Buffer
@@ -273,7 +273,7 @@ func (c *cluster) podLogs(t *testing.T, pod *corev1.Pod) string {
 
 // eventually polls cond until it holds, failing the test after timeout; on
 // failure it prints the pods, the events and the node's logs.
-func (c *cluster) eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func (c *cluster) eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !framework.Poll(timeout, pollInterval, cond) {
 		c.dumpPods(t)
@@ -283,7 +283,7 @@ func (c *cluster) eventually(t *testing.T, timeout time.Duration, what string, c
 
 // runPod creates a pod on the node running the pause image and waits until
 // it runs.
-func (c *cluster) runPod(t *testing.T, name string) *corev1.Pod {
+func (c *cluster) runPod(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
@@ -302,7 +302,7 @@ func (c *cluster) runPod(t *testing.T, name string) *corev1.Pod {
 // runStaticPod writes the manifest of a static pod running the pause image
 // into the kubelet's manifest directory and waits until its mirror pod runs.
 // It returns the mirror pod and the manifest's path.
-func (c *cluster) runStaticPod(t *testing.T, name string) (*corev1.Pod, string) {
+func (c *cluster) runStaticPod(t testing.TB, name string) (*corev1.Pod, string) {
 	t.Helper()
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -320,7 +320,7 @@ spec:
 }
 
 // waitPod waits until the pod exists and cond holds for it.
-func (c *cluster) waitPod(t *testing.T, ns, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
+func (c *cluster) waitPod(t testing.TB, ns, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	c.eventually(t, waitTimeout, "pod "+ns+"/"+name, func() bool {
@@ -338,7 +338,7 @@ func (c *cluster) waitPod(t *testing.T, ns, name string, cond func(*corev1.Pod) 
 // which the kubelet allows once the pod's containers are stopped. Its
 // sandbox stays until the kubelet's container GC removes it (once a
 // minute): see waitSandboxRemoved.
-func (c *cluster) deletePod(t *testing.T, pod *corev1.Pod) {
+func (c *cluster) deletePod(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	if err := c.cs.CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -350,7 +350,7 @@ func (c *cluster) deletePod(t *testing.T, pod *corev1.Pod) {
 }
 
 // waitSandboxRemoved waits until containerd no longer has the sandbox.
-func (c *cluster) waitSandboxRemoved(t *testing.T, id string) {
+func (c *cluster) waitSandboxRemoved(t testing.TB, id string) {
 	t.Helper()
 	c.eventually(t, waitTimeout, "sandbox "+id+" removed", func() bool {
 		for _, sb := range c.node.Sandboxes(t) {
@@ -364,12 +364,12 @@ func (c *cluster) waitSandboxRemoved(t *testing.T, id string) {
 
 // sandboxOf returns the newest sandbox containerd has for the pod (by UID),
 // or nil.
-func (c *cluster) sandboxOf(t *testing.T, pod *corev1.Pod) *controlplane.Sandbox {
+func (c *cluster) sandboxOf(t testing.TB, pod *corev1.Pod) *controlplane.Sandbox {
 	t.Helper()
 	return c.sandboxOfUID(t, string(pod.UID))
 }
 
-func (c *cluster) sandboxOfUID(t *testing.T, uid string) *controlplane.Sandbox {
+func (c *cluster) sandboxOfUID(t testing.TB, uid string) *controlplane.Sandbox {
 	t.Helper()
 	var found *controlplane.Sandbox
 	for _, sb := range c.node.Sandboxes(t) {
@@ -384,7 +384,7 @@ func (c *cluster) sandboxOfUID(t *testing.T, uid string) *controlplane.Sandbox {
 }
 
 // containerPID returns the host PID of a running container of the pod.
-func (c *cluster) containerPID(t *testing.T, pod *corev1.Pod, container string) int {
+func (c *cluster) containerPID(t testing.TB, pod *corev1.Pod, container string) int {
 	t.Helper()
 	var status *corev1.ContainerStatus
 	for i := range pod.Status.ContainerStatuses {

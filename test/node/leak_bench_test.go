@@ -1,0 +1,129 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+)
+
+// BenchmarkLeakToFree (issue 35) measures, on the real node, the time from a
+// pod's deletion to its leaked address being free and its cache files gone,
+// with the chart's defaults (an hourly schedule, minAge 15m,
+// deletedPodGrace 30s, liveness api) and cniDel on, which the release of an
+// address needs.
+//
+// The leak is the pod's second attachment, made as multus makes one (the
+// scratch file, then the delegate's ADD through libcni with its cache in the
+// multus directory), whose DEL the pod's teardown never runs: what a
+// delegate whose DEL fails, or whose plugin is missing, leaves while the
+// runtime's own DEL of the primary network goes ahead. The pods are deleted
+// as a user deletes them (graceful, the kubelet stops them first), a few
+// seconds apart, so that their checks fall in different windows. Their
+// files are dated back 10 minutes, as those of pods that ran longer than the
+// 5 minutes a deleted pod's file must be old; a pod deleted sooner after its
+// ADD waits for that age instead.
+//
+//	go test ./test/node/ -run x -bench LeakToFree -benchtime 1x -timeout 30m
+func BenchmarkLeakToFree(b *testing.B) {
+	const pods = 10
+	c := startCluster(b)
+	binDir, err := controlplane.CNIBinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dataDir := filepath.Join(c.node.Dir, "cni", "net1")
+	conf := fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
+		secNet, secBridge, secSubnet, dataDir)
+	// The chart's defaults but for the node's own directories and the
+	// local image.
+	daemon := c.install(b, fmt.Sprintf(`
+image: {repository: sweep.local/sweepd, tag: test, pullPolicy: Never}
+stateDir: %s
+daemon:
+  multusDir: %s
+  logFormat: text
+cniDel:
+  enabled: true
+  binDir: %q
+  hostPaths: [%q]
+  readOnlyHostPaths: [%q, %q]
+resources:
+  limits: {memory: 100Mi}
+`, filepath.Join(c.node.Dir, "sweep-state"), c.multusDir(), binDir, dataDir, c.node.NetNSDir, c.node.CNIConfDir))
+
+	var took []time.Duration
+	iter := 0
+	for b.Loop() {
+		b.StopTimer()
+		var leaks []*secAttachment
+		old := time.Now().Add(-10 * time.Minute)
+		for i := range pods {
+			a := c.attachSecNet(b, c.runPod(b, fmt.Sprintf("leak-%d-%d", iter, i)), binDir, conf)
+			for _, f := range []string{a.results, a.scratch} {
+				if err := os.Chtimes(f, old, old); err != nil {
+					b.Fatal(err)
+				}
+			}
+			leaks = append(leaks, a)
+		}
+		iter++
+		b.StartTimer()
+		deleted := make([]time.Time, len(leaks))
+		freed := make([]time.Time, len(leaks))
+		check := func() int {
+			left := 0
+			for i, a := range leaks {
+				if !freed[i].IsZero() || deleted[i].IsZero() {
+					left += boolInt(freed[i].IsZero())
+					continue
+				}
+				if !framework.Exists(filepath.Join(dataDir, secNet, a.ip)) && !framework.Exists(a.results) && !framework.Exists(a.scratch) {
+					freed[i] = time.Now()
+					continue
+				}
+				left++
+			}
+			return left
+		}
+		for i, a := range leaks {
+			deleted[i] = time.Now()
+			if err := c.cs.CoreV1().Pods(workloadNS).Delete(b.Context(), a.pod.Name, metav1.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			// A few seconds apart, polling meanwhile.
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(pollInterval) {
+				check()
+			}
+		}
+		c.eventually(b, 10*time.Minute, "every leaked address free and its files gone", func() bool { return check() == 0 })
+		for i := range leaks {
+			d := freed[i].Sub(deleted[i])
+			took = append(took, d)
+			b.Logf("%s (%s): free %.1fs after its deletion", leaks[i].pod.Name, leaks[i].ip, d.Seconds())
+		}
+	}
+	slices.Sort(took)
+	b.ReportMetric(framework.PercentileMillis(took, 0.5)/1000, "free-p50-s")
+	b.ReportMetric(framework.PercentileMillis(took, 0.99)/1000, "free-p99-s")
+	b.ReportMetric(framework.PercentileMillis(took, 1)/1000, "free-max-s")
+	b.ReportMetric(float64(len(took)), "pods")
+	for _, s := range []string{`sweep_deleted_pods_total{outcome="pruned"}`, `sweep_deleted_pod_checks_total`, `sweep_deleted_pod_lookups_total{result="gone"}`,
+		cniDelOK, cniDelFailed, "sweep_prune_runs_total"} {
+		b.Logf("%s %v", s, metric(daemon, s))
+	}
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
