@@ -176,7 +176,8 @@ const maxReservationSize = 4 << 10
 
 // Read counts the addresses of nets' ranges by state from their
 // reservations on disk. A network whose directory is missing has nothing
-// reserved; one that cannot be read is a problem, and not counted.
+// reserved; one that cannot be read, or whose data directory is missing,
+// is a problem, and not counted.
 func Read(ctx context.Context, nets []Network, opts Options) Report {
 	rep := Report{Other: map[string]int{}}
 	now := opts.Now
@@ -298,12 +299,17 @@ func state(dirfd int, name string, typ os.FileMode, sb Sandboxes, youngFrom time
 }
 
 // openNetworkDir opens n's directory under its data directory, following
-// no symlink at the last component of either; nil and no error when one
-// is missing.
+// no symlink at the last component of either; nil and no error when the
+// network's directory is missing (host-local makes it at the network's
+// first ADD), an error when the data directory is.
 func openNetworkDir(n Network) (*os.File, error) {
 	data, err := openDir(unix.AT_FDCWD, n.DataDir)
 	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
+		// host-local makes it at its first ADD of any network; on a node
+		// that runs pods, a missing one is more likely one this process
+		// cannot see (a container without its mount) than an empty
+		// one, and all free would be a guess.
+		return nil, fmt.Errorf("host-local data directory %s: %w (not mounted?)", n.DataDir, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open host-local data directory %s: %w", n.DataDir, err)

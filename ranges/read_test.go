@@ -147,6 +147,13 @@ func TestReadMissing(t *testing.T) {
 	if len(rep.Counts) != 1 || rep.Counts[0].Addresses[ranges.StateFree] != 253 || rep.Counts[0].Addresses[ranges.StateDead] != 0 {
 		t.Errorf("counts %+v", rep.Counts)
 	}
+	// A data directory that is not there may be one not mounted: not
+	// counted rather than all free.
+	nets[0].DataDir = filepath.Join(root, "none")
+	rep = ranges.Read(context.Background(), nets, ranges.Options{Sandboxes: sandboxes{}})
+	if len(rep.Counts) != 0 || len(rep.Problems) != 1 {
+		t.Errorf("counts %+v, problems %v; want a problem", rep.Counts, rep.Problems)
+	}
 }
 
 func TestNetworksNoSymlink(t *testing.T) {
