@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -79,6 +80,10 @@ type Config struct {
 	// runtime must answer so. A check against mistakes, never a proof on
 	// its own: any runtime can answer to a name.
 	ExpectRuntime string
+	// CNIConfDir is the CNI configuration directory whose host-local
+	// networks' ranges the daemon counts by state (package ranges), reading
+	// their reservations where the configurations put them; empty: none.
+	CNIConfDir string
 	// Pause stops every removal, CNI DEL and release on the node while the
 	// daemon runs, as the Node's liveness.PauseAnnotation does for one
 	// node: for maintenance or an investigation.
@@ -191,6 +196,9 @@ func (c Config) Validate() error {
 			return fieldError("Schedule", "schedule %q runs every %s, under the floor of %s (allow shorter ones for tests and demos only)",
 				c.Schedule, every.Delay, MinInterval)
 		}
+	}
+	if c.CNIConfDir != "" && !filepath.IsAbs(c.CNIConfDir) {
+		return fieldError("CNIConfDir", "%q is not an absolute path", c.CNIConfDir)
 	}
 	if c.RebootAware && c.StateDir == "" {
 		return fieldError("RebootAware", "reboot-aware staleness needs a state directory")
@@ -316,6 +324,7 @@ type Daemon struct {
 	pause    pause
 	events   *nodeEvents     // nil without the API server
 	journal  *journal.Writer // nil without a state directory
+	ranges   *rangeReader    // nil without a CNI configuration directory
 	// journalFailed: a write error was logged; the cycles run one at a
 	// time (running).
 	journalFailed bool
@@ -407,6 +416,10 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	d.clock = prune.NewClockGuard()
 	d.sources = views.Sources()
 	d.sources.Boot, d.sources.Clock = d.boot, d.clock
+	if cfg.CNIConfDir != "" {
+		d.ranges = d.newRangeReader()
+		d.metrics.registry.MustRegister(d.ranges.gauges)
+	}
 	if d.uninstall != nil {
 		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
 			return nil, err
@@ -596,6 +609,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	wg.Go(func() { d.views.Run(ctx) })
 	wg.Go(func() { d.watchState(ctx, &wg, time.Second) })
+	if d.ranges != nil {
+		wg.Go(func() { d.ranges.loop(ctx) })
+	}
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
@@ -706,6 +722,11 @@ func (d *Daemon) proveLoop(ctx context.Context) {
 			if !notified && d.onReady != nil {
 				d.onReady()
 			}
+			if !notified {
+				// The ranges' first read with the runtime's sandboxes
+				// trusted, rather than at the next tick.
+				d.refreshRanges(ctx)
+			}
 			notified = true
 		}
 		select {
@@ -792,6 +813,8 @@ func (d *Daemon) cycle(ctx context.Context) {
 		return
 	}
 	defer d.running.Unlock()
+	// What the run released shows in the ranges at once.
+	defer d.refreshRanges(ctx)
 	if why := d.notePause(ctx, nil); why != "" {
 		d.holdUp()
 		d.metrics.skipped.WithLabelValues(skipPaused).Inc()

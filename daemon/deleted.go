@@ -318,6 +318,8 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	}
 	d.metrics.count(sum)
 	d.afterRun(ctx, sum)
+	// What the check released shows in the ranges at once.
+	d.refreshRanges(ctx)
 	for uid, p := range pods {
 		if at, ok := retry[uid]; ok || err != nil {
 			d.retryDeleted(p, now, at)

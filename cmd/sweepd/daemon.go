@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sweep-k8s/sweep/daemon"
+	"github.com/sweep-k8s/sweep/ranges"
 )
 
 func daemonCommand(e *env) *cobra.Command {
@@ -27,12 +28,13 @@ config appears.`,
 	}
 	f := addDaemonFlags(cmd)
 	schedule, onStart, addr, p, u := &f.schedule, &f.onStart, &f.addr, f.prune, f.uninstall
-	pause := &f.pause
+	pause, confDir := &f.pause, &f.confDir
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		cfg := p.config(e)
 		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
 		cfg.DeletedPodGrace = f.grace
+		cfg.CNIConfDir = *confDir
 		uc, err := u.config()
 		if err != nil {
 			return err
@@ -63,6 +65,7 @@ type daemonCmdFlags struct {
 	addr      string
 	pause     bool
 	grace     time.Duration
+	confDir   string // --cni-conf-dir
 	prune     *pruneFlags
 	uninstall *daemonUninstallFlags
 }
@@ -78,6 +81,8 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
 	durationVar(fs, &f.grace, "deleted-pod-grace", daemon.DefaultDeletedPodGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
 	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
+	fs.StringVar(&f.confDir, "cni-conf-dir", ranges.DefaultConfDir, "CNI configuration directory whose host-local networks' ranges are counted in the metrics "+
+		"(addresses in use, held by dead sandboxes with --liveness=cri or both, free), from the reservations where each network's config puts them; empty disables")
 	f.prune = addPruneFlags(cmd, true)
 	f.uninstall = addDaemonUninstallFlags(cmd)
 	return f

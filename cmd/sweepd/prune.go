@@ -56,7 +56,7 @@ func daemonFlags() map[string]string {
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
 		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
 		"Prune.HostLocalNetworks": "release-host-local-network", "Prune.Dir": "multus-dir", "Prune.Workers": "workers",
-		"MetricsAddr": "metrics-addr",
+		"MetricsAddr": "metrics-addr", "CNIConfDir": "cni-conf-dir",
 	}
 }
 

@@ -248,7 +248,9 @@ func TestChartRender(t *testing.T) {
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cleanup-config-dir") }) {
 			t.Error("uninstall flags without uninstall.enabled")
 		}
-		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cni-") }) || spec.HostNetwork {
+		if slices.ContainsFunc(c.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--cni-") && !strings.HasPrefix(a, "--cni-conf-dir=")
+		}) || spec.HostNetwork {
 			t.Error("CNI DEL flags or hostNetwork without cniDel.enabled")
 		}
 		// Reboot-aware by default, so the state directory is there; API
@@ -324,6 +326,56 @@ func TestChartRender(t *testing.T) {
 			"--set", "daemon.liveness=cri", "--set", "uninstall.enabled=true").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "uninstall.enabled needs it") {
 			t.Errorf("cri liveness with uninstall.enabled rendered: %v\n%s", err, out)
+		}
+	})
+
+	// host-local's ranges counted (issue 35): on by default, the
+	// configuration and data directories mounted read-only once, none
+	// mounted twice when cniDel or hostLocalRelease mounts them too, and
+	// off with an empty --cni-conf-dir (the binary's default is
+	// /etc/cni/net.d, which the pod would not have).
+	t.Run("hostLocalRanges", func(t *testing.T) {
+		mounts := func(c corev1.Container, path string) []corev1.VolumeMount {
+			var ms []corev1.VolumeMount
+			for _, m := range c.VolumeMounts {
+				if m.MountPath == path {
+					ms = append(ms, m)
+				}
+			}
+			return ms
+		}
+		spec, c := daemonPod(t, decodeObjects(t, renderChart(t)), "rel-sweep")
+		if !slices.Contains(c.Args, "--cni-conf-dir=/etc/cni/net.d") {
+			t.Errorf("daemon args %v lack --cni-conf-dir=/etc/cni/net.d", c.Args)
+		}
+		for _, dir := range []string{"/etc/cni/net.d", "/var/lib/cni/networks"} {
+			if !hasHostPathMount(spec, dir, dir, true) || len(mounts(c, dir)) != 1 {
+				t.Errorf("no single read-only hostPath %s: %+v", dir, mounts(c, dir))
+			}
+		}
+		// cniDel mounts the configuration directory read-only and the data
+		// directory read-write, hostLocalRelease a data directory
+		// read-write: each once, as they mount it.
+		spec, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "cniDel.enabled=true",
+			"--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={net1}",
+			"--set", "hostLocalRelease.dataDirs={/run/cni/networks}",
+			"--set", "hostLocalRanges.dataDirs={/var/lib/cni/networks,/run/cni/networks,/srv/ipam}")), "rel-sweep")
+		for _, m := range []struct {
+			dir      string
+			readOnly bool
+		}{{"/etc/cni/net.d", true}, {"/var/lib/cni/networks", false}, {"/run/cni/networks", false}, {"/srv/ipam", true}} {
+			if !hasHostPathMount(spec, m.dir, m.dir, m.readOnly) || len(mounts(c, m.dir)) != 1 {
+				t.Errorf("%s: mounts %+v, want one, read-only %t", m.dir, mounts(c, m.dir), m.readOnly)
+			}
+		}
+		spec, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "hostLocalRanges.enabled=false")), "rel-sweep")
+		if !slices.Contains(c.Args, "--cni-conf-dir=") {
+			t.Errorf("daemon args %v lack an empty --cni-conf-dir", c.Args)
+		}
+		for _, dir := range []string{"/etc/cni/net.d", "/var/lib/cni/networks"} {
+			if len(mounts(c, dir)) != 0 || slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == dir }) {
+				t.Errorf("%s mounted with hostLocalRanges off", dir)
+			}
 		}
 	})
 
@@ -981,7 +1033,8 @@ func TestChartPrometheusRules(t *testing.T) {
 		t.Logf("promtool test rules:\n%s", runTool(t, nil, promtool, args...))
 	})
 
-	all := []string{"SweepClockUnsettled", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing", "SweepPruneStale"}
+	all := []string{"SweepClockUnsettled", "SweepHostLocalRangeNearlyFull", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing",
+		"SweepPruneStale"}
 	for _, c := range []struct {
 		name     string
 		flags    []string
@@ -990,7 +1043,7 @@ func TestChartPrometheusRules(t *testing.T) {
 	}{
 		{"defaults", nil, all, nil},
 		{"an alert disabled", []string{"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false"},
-			[]string{"SweepClockUnsettled", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
+			[]string{"SweepClockUnsettled", "SweepHostLocalRangeNearlyFull", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing"}, nil},
 		{"severity per alert", []string{"--set", "metrics.prometheusRule.alerts.SweepMultusInodesLow.severity=critical"},
 			all, map[string]string{"SweepMultusInodesLow": "critical"}},
 		{"additional rules", []string{"--set-json", `metrics.prometheusRule.additionalRules=[{"alert":"SweepPodViewStale","expr":"sweep_pod_view_fresh == 0","for":"30m","labels":{"severity":"info"}},{"record":"node:sweep_stale_files:sum","expr":"sum by (node) (sweep_prune_stale_files)"}]`},
@@ -999,7 +1052,8 @@ func TestChartPrometheusRules(t *testing.T) {
 			"--set", "metrics.prometheusRule.alerts.SweepMultusInodesFillingUp.enabled=false",
 			"--set", "metrics.prometheusRule.alerts.SweepPruneFailing.enabled=false",
 			"--set", "metrics.prometheusRule.alerts.SweepPruneStale.enabled=false",
-			"--set", "metrics.prometheusRule.alerts.SweepClockUnsettled.enabled=false"}, nil, nil},
+			"--set", "metrics.prometheusRule.alerts.SweepClockUnsettled.enabled=false",
+			"--set", "metrics.prometheusRule.alerts.SweepHostLocalRangeNearlyFull.enabled=false"}, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := rules(t, t.TempDir(), c.flags...)

@@ -167,6 +167,26 @@ that cniDel mounts read-only.
 {{- end }}
 
 {{/*
+The host directories that the count of host-local's ranges reads and no
+other value mounts already, as a JSON list: mounted read-only.
+*/}}
+{{- define "sweep.rangeDirs" -}}
+{{- $dirs := list }}
+{{- if .Values.hostLocalRanges.enabled }}
+{{- $mounted := include "sweep.hostLocalDirs" . | fromJsonArray }}
+{{- if .Values.cniDel.enabled }}
+{{- $mounted = concat $mounted .Values.cniDel.hostPaths .Values.cniDel.readOnlyHostPaths }}
+{{- end }}
+{{- range prepend .Values.hostLocalRanges.dataDirs .Values.hostLocalRanges.confDir }}
+{{- if not (or (has . $mounted) (has . $dirs)) }}
+{{- $dirs = append $dirs . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $dirs }}
+{{- end }}
+
+{{/*
 Volume name of a host directory for CNI DEL, distinct from the uninstall
 ones: the same host path may be mounted by both.
 */}}
