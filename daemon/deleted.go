@@ -232,17 +232,29 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	defer d.running.Unlock()
 
 	pods := map[string]*deletedPod{}
+	var ask []prune.PodRef
 	for _, p := range batch {
-		if ctx.Err() != nil {
-			wait(batch)
-			return
-		}
 		if !p.confirmed {
-			verdict, err := d.views.ConfirmDeleted(ctx, p.ref)
-			if err != nil {
-				d.metrics.lookups.WithLabelValues(lookupError).Inc()
-				d.log.Warn("cannot confirm that a deleted pod is gone; its check waits", "pod", p.ref.Namespace+"/"+p.ref.Name,
-					"pod_uid", p.ref.UID, "error", err)
+			ask = append(ask, p.ref)
+		}
+	}
+	var verdicts map[string]liveness.Deletion
+	if len(ask) > 0 {
+		var err error
+		verdicts, err = d.views.ConfirmDeletedAll(ctx, ask)
+		if err != nil {
+			if ctx.Err() != nil {
+				wait(batch)
+				return
+			}
+			d.metrics.lookups.WithLabelValues(lookupError).Inc()
+			d.log.Warn("cannot confirm that deleted pods are gone; their check waits", "pods", len(ask), "error", err)
+		}
+	}
+	for _, p := range batch {
+		if !p.confirmed {
+			verdict, ok := verdicts[p.ref.UID]
+			if !ok {
 				d.retryDeleted(p, now, time.Time{})
 				continue
 			}

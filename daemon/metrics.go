@@ -322,7 +322,7 @@ func (m *metrics) deletedPodSeries(queued func() int) {
 	}, []string{"outcome"})
 	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sweep_deleted_pod_lookups_total",
-		Help: "GETs of deleted pods from the API server before their check, by result: gone, replaced (another pod of that name), alive, error. At most one that answers per pod.",
+		Help: "Deleted pods looked up in the API server before their check (a GET each, or one list of the node's pods for more than 8 at once), by result: gone, replaced (another pod of that name), alive, error (per failed request). At most one answer per pod.",
 	}, []string{"result"})
 	m.deletedChecks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sweep_deleted_pod_checks_total",

@@ -26,10 +26,11 @@ import (
 // the node Lease's reads apart, which do not depend on the deletions), its
 // checks (targeted runs), CPU time and memory, and the time until the last
 // pod's files are gone. The daemon runs with the chart's defaults (an hourly
-// schedule, --min-age 15m, --deleted-pod-grace 30s); the pods' files are an
-// hour old, as a long-running workload's.
+// schedule, --min-age 15m, --deleted-pod-grace 30s), and again without the
+// checks (--deleted-pod-grace=0s) for the baseline of its memory and
+// requests; the pods' files are an hour old, as a long-running workload's.
 //
-//	go test ./test/e2e/ -run x -bench MassDeletion -benchtime 1x
+//	go test ./test/e2e/ -run '^$' -bench MassDeletion -benchtime 1x
 func BenchmarkMassDeletion(b *testing.B) {
 	const pods = 1000
 	cp := controlplane.Start(b)
@@ -41,8 +42,16 @@ func BenchmarkMassDeletion(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(base) })
-	dir := filepath.Join(base, "multus")
+	for _, grace := range []string{"30s", "0s"} {
+		b.Run("grace="+grace, func(b *testing.B) { massDeletion(b, cs, cp, filepath.Join(base, grace), grace, pods) })
+	}
+}
 
+// massDeletion deletes pods pods of node-a at once, with sweepd's
+// --deleted-pod-grace grace: 0s is the daemon without the checks, whose
+// memory and requests are the baseline (the files then wait for the
+// scheduled run).
+func massDeletion(b *testing.B, cs kubernetes.Interface, cp *controlplane.ControlPlane, dir, grace string, pods int) {
 	for b.Loop() {
 		b.StopTimer()
 		live := createPods(b, cs, pods)
@@ -50,9 +59,9 @@ func BenchmarkMassDeletion(b *testing.B) {
 			b.Fatal(err)
 		}
 		d := startDaemon(b, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--min-age=15m",
-			"--log-level=info")
+			"--log-level=info", "--deleted-pod-grace="+grace)
 		framework.Eventually(b, 120*time.Second, "the daemon's first run", func() bool { return d.metric(b, "sweep_prune_runs_total") >= 1 })
-		if got := d.metric(b, "sweep_pods"); got != pods {
+		if got := d.metric(b, "sweep_pods"); got != float64(pods) {
 			b.Fatalf("the view holds %v pods, want %d", got, pods)
 		}
 		rssBefore := d.metric(b, "process_resident_memory_bytes")
@@ -66,32 +75,36 @@ func BenchmarkMassDeletion(b *testing.B) {
 			metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
 			b.Fatal(err)
 		}
-		framework.Eventually(b, 5*time.Minute, "every deleted pod's files removed", func() bool {
-			ents, err := os.ReadDir(filepath.Join(dir, "results"))
-			if err != nil || len(ents) > 0 {
-				return false
-			}
-			top, err := os.ReadDir(dir)
-			return err == nil && len(top) == 1 // results/ alone
-		})
-		cleared := time.Since(start)
+		framework.Eventually(b, 60*time.Second, "the view empty", func() bool { return d.metric(b, "sweep_pods") == 0 })
+		if grace != "0s" {
+			framework.Eventually(b, 5*time.Minute, "every deleted pod's files removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(dir, "results"))
+				if err != nil || len(ents) > 0 {
+					return false
+				}
+				top, err := os.ReadDir(dir)
+				return err == nil && len(top) == 1 // results/ alone
+			})
+			b.ReportMetric(time.Since(start).Seconds(), "seconds-to-clear")
+			// The counters are added to when a check ends, after its
+			// removals.
+			framework.Eventually(b, 30*time.Second, "every pod's outcome counted", func() bool {
+				return d.metric(b, `sweep_deleted_pods_total{outcome="pruned"}`) == float64(pods)
+			})
+			b.ReportMetric(d.metric(b, `sweep_deleted_pod_lookups_total{result="gone"}`), "pods-confirmed")
+			b.ReportMetric(d.metric(b, "sweep_deleted_pod_checks_total"), "checks")
+			b.ReportMetric(d.metric(b, "sweep_deleted_pod_files_read_total"), "files-read")
+			b.ReportMetric(d.metric(b, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`), "results-removed")
+		}
 		b.StopTimer()
-		// The counters are added to when a check ends, after its removals.
-		framework.Eventually(b, 30*time.Second, "every pod's outcome counted", func() bool {
-			return d.metric(b, `sweep_deleted_pods_total{outcome="pruned"}`) == pods
-		})
 		reqAfter, _ := sweepdAudit(b, cp.AuditLog())
-		b.ReportMetric(cleared.Seconds(), "seconds-to-clear")
 		b.ReportMetric(float64(reqAfter-reqBefore), "api-requests")
-		b.ReportMetric(d.metric(b, `sweep_deleted_pod_lookups_total{result="gone"}`), "pod-gets")
-		b.ReportMetric(d.metric(b, "sweep_deleted_pod_checks_total"), "checks")
-		b.ReportMetric(d.metric(b, "sweep_deleted_pod_files_read_total"), "files-read")
 		b.ReportMetric(d.metric(b, "process_cpu_seconds_total")-cpuBefore, "cpu-s")
 		b.ReportMetric(rssBefore/(1<<20), "rss-before-MiB")
 		b.ReportMetric(d.metric(b, "process_resident_memory_bytes")/(1<<20), "rss-after-MiB")
 		b.ReportMetric(hwmBefore/(1<<20), "peak-rss-before-MiB")
 		b.ReportMetric(vmHWM(b, d.cmd.Process.Pid)/(1<<20), "peak-rss-after-MiB")
-		b.ReportMetric(d.metric(b, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`), "results-removed")
+		b.StartTimer()
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,8 @@ import (
 // soon after its deletion, not at the next scheduled run (an hour away here,
 // and none at start), against the real API server and a runtime serving the
 // CRI API, with --liveness=both:
-//   - a deleted pod's files go, once the API server confirms it is gone;
+//   - a deleted pod's files go, once the API server confirms it is gone (a
+//     GET, or for ten deleted at once one list of the node's pods);
 //   - a pod deleted and made again under its name (a StatefulSet's) loses
 //     the old UID's files and keeps the new one's;
 //   - a force-deleted pod whose sandbox the runtime still lists keeps its
@@ -84,6 +86,24 @@ func TestDeletedPodPruned(t *testing.T) {
 	d.waitMetric(t, `sweep_deleted_pods_total{outcome="pruned"}`, 1)
 	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 1)
 
+	// Ten at once, as a Deployment's scale-down: one check, their deaths
+	// confirmed by one list of the node's pods.
+	var many []pod
+	for i := range 10 {
+		many = append(many, mk(fmt.Sprint("many-", i), old))
+	}
+	checks0 := d.metric(t, "sweep_deleted_pod_checks_total")
+	for i := range many {
+		del(fmt.Sprint("many-", i))
+	}
+	for i, p := range many {
+		framework.Eventually(t, 30*time.Second, fmt.Sprint("many-", i, "'s files removed"), gone(p.files))
+	}
+	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 11)
+	if n := d.metric(t, "sweep_deleted_pod_checks_total") - checks0; n > 2 {
+		t.Errorf("%v checks for ten pods deleted at once, want one (two if the deletions straddled a window)", n)
+	}
+
 	// Made again under its name before its check: the old UID's files go,
 	// the new one's stay, by UID.
 	del("sts-0")
@@ -140,8 +160,8 @@ func TestDeletedPodPruned(t *testing.T) {
 	if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
 		t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
 	}
-	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 8 {
-		t.Errorf("pod-gone removals %v, want 8: web's, the old sts-0's, force's and held's results files", got)
+	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 28 {
+		t.Errorf("pod-gone removals %v, want 28: web's, many's, the old sts-0's, force's and held's results files", got)
 	}
 	if data, err := os.ReadFile(d.log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
 		t.Errorf("no log line of the checks (%v)", err)

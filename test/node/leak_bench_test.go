@@ -31,7 +31,7 @@ import (
 // 5 minutes a deleted pod's file must be old; a pod deleted sooner after its
 // ADD waits for that age instead.
 //
-//	go test ./test/node/ -run x -bench LeakToFree -benchtime 1x -timeout 30m
+//	go test ./test/node/ -run '^$' -bench LeakToFree -benchtime 1x -timeout 30m
 func BenchmarkLeakToFree(b *testing.B) {
 	const pods = 10
 	c := startCluster(b)

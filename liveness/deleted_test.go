@@ -1,0 +1,56 @@
+package liveness
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/sweep-k8s/sweep/prune"
+)
+
+// TestConfirmDeletedAll: a deleted pod is confirmed gone only by the API
+// server, by UID: absent, or another pod under its name (replaced); one it
+// still has with that UID is alive. The same verdicts by a GET each and,
+// for more than confirmListAbove pods, by one list.
+func TestConfirmDeletedAll(t *testing.T) {
+	meta := func(name, uid string) runtime.Object {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
+	}
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	client := metadatafake.NewSimpleMetadataClient(scheme, meta("alive", "uid-alive"), meta("again", "uid-again-2"))
+	v := &Views{cfg: Config{NodeName: "node-a"}, client: client}
+	refs := []prune.PodRef{{Namespace: "ns", Name: "alive", UID: "uid-alive"}, {Namespace: "ns", Name: "again", UID: "uid-again-1"},
+		{Namespace: "ns", Name: "gone", UID: "uid-gone"}}
+	want := map[string]Deletion{"uid-alive": DeletionAlive, "uid-again-1": DeletionReplaced, "uid-gone": DeletionGone}
+	for _, n := range []int{0, confirmListAbove} {
+		t.Run(fmt.Sprintf("%d more gone", n), func(t *testing.T) {
+			all := append([]prune.PodRef{}, refs...)
+			w := map[string]Deletion{}
+			for k, d := range want {
+				w[k] = d
+			}
+			for i := range n {
+				uid := fmt.Sprint("uid-more-", i)
+				all = append(all, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("more-", i), UID: uid})
+				w[uid] = DeletionGone
+			}
+			got, err := v.ConfirmDeletedAll(t.Context(), all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for uid, d := range w {
+				if got[uid] != d {
+					t.Errorf("%s: %q, want %q", uid, got[uid], d)
+				}
+			}
+		})
+	}
+}
