@@ -338,6 +338,8 @@ type Daemon struct {
 	// The check of deleted pods; nil without it (DeletedPodGrace).
 	deletedQueue *deletedQueue
 	podFiles     *prune.PodFiles
+	// checking is set while a check of deleted pods holds running.
+	checking atomic.Bool
 }
 
 // New checks cfg and builds a daemon. An invalid schedule is an error here,
@@ -808,9 +810,14 @@ func loadBoot(cfg Config, log *slog.Logger, failed func()) *prune.BootState {
 // other run is in progress.
 func (d *Daemon) cycle(ctx context.Context) {
 	if !d.running.TryLock() {
-		d.metrics.skipped.WithLabelValues(skipStillRunning).Inc()
-		d.log.Warn("prune skipped: the previous run is still in progress")
-		return
+		if !d.checking.Load() {
+			d.metrics.skipped.WithLabelValues(skipStillRunning).Inc()
+			d.log.Warn("prune skipped: the previous run is still in progress")
+			return
+		}
+		// A check of deleted pods is short: wait for it rather than skip
+		// the scheduled run for a whole interval.
+		d.running.Lock()
 	}
 	defer d.running.Unlock()
 	// What the run released shows in the ranges at once.

@@ -229,7 +229,11 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 		wait(batch)
 		return
 	}
-	defer d.running.Unlock()
+	d.checking.Store(true)
+	defer func() {
+		d.checking.Store(false)
+		d.running.Unlock()
+	}()
 
 	pods := map[string]*deletedPod{}
 	var ask []prune.PodRef
