@@ -325,6 +325,9 @@ type Daemon struct {
 	events   *nodeEvents     // nil without the API server
 	journal  *journal.Writer // nil without a state directory
 	ranges   *rangeReader    // nil without a CNI configuration directory
+	// whereabouts is the gauge of the Whereabouts addresses the node's
+	// live pods hold.
+	whereabouts *whereaboutsHeld
 	// journalFailed: a write error was logged; the cycles run one at a
 	// time (running).
 	journalFailed bool
@@ -412,6 +415,8 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if d.deletedQueue != nil {
 		d.metrics.deletedPodSeries(d.deletedQueue.len)
 	}
+	d.whereabouts = newWhereaboutsHeld()
+	d.metrics.registry.MustRegister(d.whereabouts)
 	if d.cfg.RebootAware {
 		d.boot = loadBoot(d.cfg, d.log, d.metrics.bootErrors.Inc)
 	}
@@ -832,7 +837,13 @@ func (d *Daemon) cycle(ctx context.Context) {
 	if opts.Release != nil {
 		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
 	}
+	held := whereaboutsCount{}
+	opts.OnLive = held.add
 	sum, res, err := prune.Cycle(ctx, d.sources, opts)
+	if sum != nil && err == nil {
+		// A complete run read every live pod's results file.
+		d.whereabouts.set(held)
+	}
 	if res.Sandboxes >= 0 {
 		d.metrics.sandboxes.Set(float64(res.Sandboxes))
 	}

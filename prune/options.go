@@ -188,6 +188,11 @@ type Deps struct {
 	// as the workers wait for it. Nil keeps the run's memory independent of
 	// the number of files.
 	OnFile func(File)
+	// OnLive, when set, receives each results file that the run keeps
+	// because its pod or sandbox is live, with its content as read (valid
+	// during the call only): what the node's live pods hold, for the
+	// daemon's gauges of Whereabouts' addresses. Called as OnFile is.
+	OnLive func(f File, content []byte)
 }
 
 // Views are the liveness views a run judges by, and the node they are of.

@@ -137,6 +137,12 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		f.Sandbox = re.Cache.ContainerID
 	}
 	w.record(f, d)
+	if live := w.e.opts.OnLive; live != nil && w.raw != nil && (d.Reason == ReasonPodLive || d.Reason == ReasonSandboxLive) {
+		w.e.onFile.Lock()
+		defer w.e.onFile.Unlock()
+		f.Reason = d.Reason
+		live(f, w.raw)
+	}
 }
 
 // reasonVanished marks a file that someone else removed between the plan and

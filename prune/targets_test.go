@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +225,29 @@ func TestTargetsInvalid(t *testing.T) {
 		prune.Options{Config: prune.Config{Dir: n.dir}, Targets: &prune.Targets{}})
 	if !errors.Is(err, prune.ErrTargetsInvalid) || !n.exists(t, n.sandbox["gone"]) {
 		t.Fatalf("err %v; want ErrTargetsInvalid and nothing removed", err)
+	}
+}
+
+// TestOnLive: a run hands OnLive the content of each results file it keeps
+// because its pod is live, and of no other.
+func TestOnLive(t *testing.T) {
+	n := newTargetNode(t, map[string]time.Duration{"live": time.Hour, "gone": time.Hour})
+	pods := prune.NewPodSet([]prune.PodRef{{Namespace: "ns", Name: "live", UID: n.uid["live"]}})
+	var got []string
+	_, err := prune.Run(t.Context(), prune.Views{Pods: pods}, prune.Options{Config: prune.Config{Dir: n.dir, MinAge: time.Minute},
+		Deps: prune.Deps{OnLive: func(f prune.File, content []byte) {
+			if !strings.Contains(string(content), n.uid["live"]) || f.Reason != prune.ReasonPodLive {
+				t.Errorf("OnLive(%s, %s): not the live pod's", f.Name, f.Reason)
+			}
+			got = append(got, f.Name)
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := slices.Clone(n.results["live"])
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("OnLive got %v, want the live pod's %v", got, want)
 	}
 }

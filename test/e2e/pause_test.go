@@ -29,8 +29,11 @@ func TestPauseAnnotation(t *testing.T) {
 	ensureServiceAccount(t, cs, "default")
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
+	// The live pod has a Whereabouts attachment too, which the gauge of
+	// what the node's pods hold counts (issue 35).
 	live, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(),
-		multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}, multuscache.DefaultAttachments(), old)
+		multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")},
+		append(multuscache.DefaultAttachments(), multuscache.Attachment{Network: "wb-net", IfName: "net2", IP: "10.10.0.7/16", IPAM: "whereabouts"}), old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +90,7 @@ func TestPauseAnnotation(t *testing.T) {
 		}
 	}
 	d.waitMetric(t, "sweep_paused", 0)
+	d.waitMetric(t, `sweep_whereabouts_addresses{network="wb-net"}`, 1)
 
 	// The run that removed them is an Event on the Node, as an operator
 	// lists it (issue 35).

@@ -24,6 +24,9 @@ type Attachment struct {
 	Network string // network name, e.g. k8s-pod-network
 	IfName  string // eth0, net1, ...
 	IP      string // e.g. 10.88.0.3/16
+	// IPAM is the IPAM plugin's type in the cached config: host-local
+	// (the default) or whereabouts.
+	IPAM string
 }
 
 // DefaultAttachments returns the two networks of the thin-bridge fixture.
@@ -56,6 +59,9 @@ type cacheFile struct {
 // CNI args followed by the runtime's again, as the real plugin writes them.
 func ResultsJSON(sandbox string, pod Pod, a Attachment) []byte {
 	conf := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":"cni0","isGateway":true,"ipam":{"type":"host-local","subnet":"10.88.0.0/16","dataDir":"/var/lib/cni/networks"}}`, a.Network)
+	if a.IPAM == "whereabouts" {
+		conf = fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"macvlan","master":"eth0","ipam":{"type":"whereabouts","range":"10.10.0.0/16"}}`, a.Network)
+	}
 	netns := "/var/run/netns/cni-" + sandbox[:8] + "-" + sandbox[8:12] + "-" + sandbox[12:16] + "-" + sandbox[16:20] + "-" + sandbox[20:32]
 	args := [][2]string{
 		{"IgnoreUnknown", "true"}, {"K8S_POD_NAMESPACE", pod.Namespace}, {"K8S_POD_NAME", pod.Name},
