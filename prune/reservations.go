@@ -378,20 +378,11 @@ func readReservation(dirfd int, name string, typ os.FileMode, re *ReservationEnt
 	if !typ.IsRegular() {
 		return nil, st, errNotRegular
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, st, errNotRegular // replaced by a symlink since readdir
-	}
+	fd, err := openRegular(dirfd, name, 0, &st)
 	if err != nil {
 		return nil, st, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, st, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, st, errNotRegular
-	}
 	re.ModTime = time.Unix(st.Mtim.Unix())
 	re.ChangeTime = time.Unix(st.Ctim.Unix())
 	if a, err := netip.ParseAddr(name); err != nil || a.Zone() != "" || st.Size > maxReservationSize {

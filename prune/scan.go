@@ -158,26 +158,12 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	if !typ.IsRegular() {
 		return st, errNotRegular
 	}
-	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	// O_NOATIME spares an inode write per file; it needs ownership or
-	// CAP_FOWNER, so fall back without it.
-	fd, err := unix.Openat(dirfd, name, flags|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) {
-		fd, err = unix.Openat(dirfd, name, flags, 0)
-	}
-	if errors.Is(err, unix.ELOOP) {
-		return st, errNotRegular // replaced by a symlink since readdir
-	}
+	// O_NOATIME spares an inode write per file.
+	fd, err := openRegular(dirfd, name, unix.O_NOATIME, &st)
 	if err != nil {
 		return st, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
-		return st, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return st, errNotRegular
-	}
 	re.ModTime = time.Unix(st.Mtim.Unix())
 	re.ChangeTime = time.Unix(st.Ctim.Unix())
 	if st.Size > w.e.opts.MaxFileSize {
@@ -203,6 +189,33 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	}
 	re.Cache = cf
 	return st, nil
+}
+
+// openRegular opens name in dirfd for reading without following a symlink
+// or blocking on a FIFO, with the extra open flags (O_NOATIME, which needs
+// ownership or CAP_FOWNER, is dropped when refused), and fstats it into st:
+// errNotRegular for anything but a regular file, a symlink included.
+func openRegular(dirfd int, name string, extra int, st *unix.Stat_t) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Openat(dirfd, name, flags|extra, 0)
+	if errors.Is(err, unix.EPERM) && extra&unix.O_NOATIME != 0 {
+		fd, err = unix.Openat(dirfd, name, flags|extra&^unix.O_NOATIME, 0)
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return -1, errNotRegular // a symlink, or replaced by one since readdir
+	}
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, errNotRegular
+	}
+	return fd, nil
 }
 
 func readFull(fd int, buf []byte) (int, error) {

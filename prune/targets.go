@@ -191,13 +191,13 @@ func (p *PodFiles) findCache(c cache, uids map[string]struct{}, buf []byte, st *
 // none or is not a regular file that parses. It never follows a symlink nor
 // blocks on a FIFO; the run that acts on the file reads it again.
 func readPodUID(dirfd int, name string, buf []byte) string {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	var st unix.Stat_t
+	fd, err := openRegular(dirfd, name, unix.O_NOATIME, &st)
 	if err != nil {
 		return ""
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > int64(len(buf)) {
+	if st.Size > int64(len(buf)) {
 		return ""
 	}
 	n, err := readFull(fd, buf[:st.Size])
