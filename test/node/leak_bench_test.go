@@ -103,11 +103,15 @@ func (l *leakBench) run(b *testing.B, pods int, lived bool) {
 		old := time.Now().Add(-10 * time.Minute)
 		for i := range pods {
 			a := c.attachSecNet(b, c.runPod(b, fmt.Sprintf("leak-%d-%d", l.iter, i)), l.binDir, l.conf)
+			// attachSecNet dates the files an hour back; a pod deleted
+			// right after its ADD has them as it made them.
+			mtime := time.Now()
 			if lived {
-				for _, f := range []string{a.results, a.scratch} {
-					if err := os.Chtimes(f, old, old); err != nil {
-						b.Fatal(err)
-					}
+				mtime = old
+			}
+			for _, f := range []string{a.results, a.scratch} {
+				if err := os.Chtimes(f, mtime, mtime); err != nil {
+					b.Fatal(err)
 				}
 			}
 			leaks = append(leaks, a)
