@@ -329,7 +329,13 @@ func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[San
 	if c.flat {
 		// The runtime's cache is a results directory itself, with no
 		// scratch phase.
-		return e.results(ctx, c, dir, sum)
+		referenced, err := e.results(ctx, c, dir, sum)
+		if err == nil && e.opts.Targets != nil {
+			// What a targeted run did not read still names sandboxes:
+			// their reservations are the files' DEL's, as in a full run.
+			err = e.namedIn(dir, referenced)
+		}
+		return referenced, err
 	}
 
 	var referenced map[SandboxID]struct{}
@@ -517,7 +523,7 @@ func (e *executor) phase(ctx context.Context, c cache, dir *os.File, phase Phase
 // named, adding to referenced those that a results file left in results
 // names: a targeted run read only its own, and another pod's file of the
 // same sandbox (never made by multus, but possible by hand) keeps the
-// scratch file as in a full run. It lists the names only.
+// scratch file as in a full run.
 func (e *executor) targetedScratch(results *os.File, referenced map[SandboxID]struct{}) ([]string, map[SandboxID]struct{}, error) {
 	names := []string{}
 	if results == nil {
@@ -529,24 +535,35 @@ func (e *executor) targetedScratch(results *os.File, referenced map[SandboxID]st
 	if len(names) == 0 {
 		return names, referenced, nil
 	}
-	if _, err := results.Seek(0, io.SeekStart); err != nil {
-		return nil, nil, fmt.Errorf("list %s again: %w", results.Name(), err)
+	if err := e.namedIn(results, referenced); err != nil {
+		return nil, nil, err
+	}
+	return names, referenced, nil
+}
+
+// namedIn adds to named the targeted sandboxes that a name left in the
+// results directory dir carries. It lists the names only.
+func (e *executor) namedIn(dir *os.File, named map[SandboxID]struct{}) error {
+	if len(e.targeted) == 0 {
+		return nil
+	}
+	if _, err := dir.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("list %s again: %w", dir.Name(), err)
 	}
 	for {
-		left, err := results.Readdirnames(256)
+		left, err := dir.Readdirnames(256)
 		for _, name := range left {
 			if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
 				if _, t := e.targeted[id]; t {
-					referenced[id] = struct{}{}
+					named[id] = struct{}{}
 				}
 			}
 		}
 		if err == io.EOF || len(left) == 0 {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("read %s: %w", results.Name(), err)
+			return fmt.Errorf("read %s: %w", dir.Name(), err)
 		}
 	}
-	return names, referenced, nil
 }

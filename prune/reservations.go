@@ -326,6 +326,13 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 		re := ReservationEntry{Entry: Entry{Name: name}}
 		var d Decision
 		raw, st, err := readReservation(fd, name, de.Type(), &re)
+		if e.opts.Targets != nil && (err != nil || !e.targetedReservation(re)) {
+			// Not a targeted pod's, or not known to be: the scheduled
+			// run's, and not counted, errors included, so that a check
+			// does not report another sandbox's entries again and again.
+			rc.Scanned--
+			continue
+		}
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			rc.Vanished++
@@ -336,10 +343,6 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 			e.warnFile("cannot read host-local reservation", "phase", PhaseReservation, "file", f.Name, "error", err)
 			rc.Errors++
 			d = keep(ReasonError)
-		case e.opts.Targets != nil && !e.targetedReservation(re):
-			// Not a targeted pod's: the scheduled run's, and not counted.
-			rc.Scanned--
-			continue
 		default:
 			d = e.planner.Reservation(re, known)
 			f.ModTime = re.ModTime

@@ -62,7 +62,7 @@ func (t *Targets) validate() error {
 // anew each time: it remembers the pod UID of each results file it has
 // read (or that a run reported, Observe) for as long as the file's name
 // stays in its directory, so that a file is read once, not once per
-// deletion. Each Find lists the names of the results directories, which
+// deletion. A file that names no pod (yet) is not remembered. Each Find lists the names of the results directories, which
 // costs a getdents per few hundred names, and reads only the files it has
 // not seen. It is safe for concurrent use.
 type PodFiles struct {
@@ -90,7 +90,9 @@ func NewPodFiles() *PodFiles {
 // Observe remembers a results file that a run left, as Deps.OnFile reports
 // it, so that a later Find need not read it.
 func (p *PodFiles) Observe(f File) {
-	if f.Phase != PhaseResults || f.Remove && !f.DryRun || f.ModTime.IsZero() {
+	if f.Phase != PhaseResults || f.Remove && !f.DryRun || f.Pod.UID == "" {
+		// A file that could not be read as a pod's now may be one being
+		// written: a later Find reads it again.
 		return
 	}
 	p.mu.Lock()
@@ -169,7 +171,10 @@ func (p *PodFiles) findCache(c cache, uids map[string]struct{}, buf []byte, st *
 				st.Read++
 				uid = readPodUID(int(dir.Fd()), name, buf)
 			}
-			if len(known) < p.max {
+			// A file that names no pod is not remembered: it may have
+			// been read while libcni wrote it (a truncate, then the
+			// write), and is read again by the next Find.
+			if uid != "" && len(known) < p.max {
 				known[name] = uid
 			}
 			if _, ok := uids[uid]; ok && uid != "" {
@@ -209,6 +214,14 @@ func readPodUID(dirfd int, name string, buf []byte) string {
 		return ""
 	}
 	return cf.PodUID
+}
+
+// UIDOf returns the pod UID that p remembers for a results file of a cache,
+// "" for none: the pod of a file that a run could not read again.
+func (p *PodFiles) UIDOf(c CacheName, name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.known[c][name]
 }
 
 // Len returns how many results files p remembers, for its memory's metric.

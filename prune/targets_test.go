@@ -168,11 +168,13 @@ func TestTargetedScratchReferenced(t *testing.T) {
 
 // TestPodFilesReadsOnce: a results file is read by the first Find that
 // lists it, or never when a run reported it (Observe); a later Find reads
-// only what is new, and forgets what went.
+// only what is new, and forgets what went. A file that names no pod yet
+// (being written) is read again until it does.
 func TestPodFilesReadsOnce(t *testing.T) {
 	n := newTargetNode(t, map[string]time.Duration{"a": time.Hour, "b": time.Hour})
 	cfg := prune.Config{Dir: n.dir}
 	files := prune.NewPodFiles()
+	var partial string
 	files.Observe(prune.File{Cache: prune.CacheMultus, Phase: prune.PhaseResults, Name: n.results["a"][0],
 		Pod: prune.PodRef{UID: n.uid["a"]}, ModTime: time.Now()})
 	steps := []struct {
@@ -191,13 +193,26 @@ func TestPodFilesReadsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, uids: []string{"c"}, found: 2, read: 2, remember: 6},
+		{name: "a file being written", before: func() {
+			partial = filepath.Join(n.dir, "results", "net-"+multuscache.NewSandboxID()+"-eth0")
+			if err := os.WriteFile(partial, []byte(`{"kind":"cniCacheV1","containerId":`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, uids: []string{"d"}, found: 0, read: 1, remember: 6},
+		{name: "written since: read again", before: func() {
+			sb := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(partial), "net-"), "-eth0")
+			if err := os.WriteFile(partial, multuscache.ResultsJSON(sb, multuscache.Pod{Namespace: "ns", Name: "d", UID: multuscache.UID("d")},
+				multuscache.Attachment{Network: "net", IfName: "eth0", IP: "10.1.0.2/24"}), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, uids: []string{"d"}, found: 1, read: 1, remember: 7},
 		{name: "one pod gone", before: func() {
 			for _, f := range n.results["b"] {
 				if err := os.Remove(filepath.Join(n.dir, "results", f)); err != nil {
 					t.Fatal(err)
 				}
 			}
-		}, uids: []string{"b"}, found: 0, read: 0, remember: 4},
+		}, uids: []string{"b"}, found: 0, read: 0, remember: 5},
 	}
 	for _, st := range steps {
 		if st.before != nil {
