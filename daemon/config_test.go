@@ -35,6 +35,11 @@ func TestValidateFields(t *testing.T) {
 		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
 		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
+		{"deleted pods' grace", func(c *Config) { c.DeletedPodGrace = 30 * time.Second }, ""},
+		{"negative deleted pods' grace", func(c *Config) { c.DeletedPodGrace = -time.Second }, "DeletedPodGrace"},
+		{"deleted pods' grace under its floor", func(c *Config) { c.DeletedPodGrace = time.Second }, "DeletedPodGrace"},
+		{"deleted pods' minimum age under a minute", func(c *Config) { c.DeletedPodMinAge = 30 * time.Second }, "DeletedPodMinAge"},
+		{"deleted pods' minimum age raised", func(c *Config) { c.DeletedPodMinAge = 9 * time.Minute }, ""},
 		{"uninstall with cri liveness", func(c *Config) {
 			c.Liveness, c.ExpectRuntime, c.Uninstall = liveness.ModeCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
 		}, "Uninstall"},

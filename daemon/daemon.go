@@ -53,6 +53,11 @@ type Config struct {
 	// (DefaultDeletedPodGrace; 0: off). Needs the pods' view: api or both
 	// liveness.
 	DeletedPodGrace time.Duration
+	// DeletedPodMinAge is the minimum age of a deleted pod's file before its
+	// check removes it, when Prune.MinAge is longer (DefaultDeletedPodMinAge
+	// when 0): twice the kubelet's runtimeRequestTimeout plus a minute, the
+	// longest a force-deleted pod's last sandbox can still be in its ADD.
+	DeletedPodMinAge time.Duration
 	// SyncTimeout bounds the wait for a fresh view before a run is skipped.
 	SyncTimeout time.Duration
 	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
@@ -262,6 +267,12 @@ func (c Config) Validate() error {
 	}
 	if c.DeletedPodGrace < 0 {
 		return fieldError("DeletedPodGrace", "must not be negative (0: off)")
+	}
+	if c.DeletedPodMinAge < 0 {
+		return fieldError("DeletedPodMinAge", "must not be negative (0: the default)")
+	}
+	if c.DeletedPodMinAge > 0 && c.DeletedPodMinAge < MinInterval && !c.AllowShortIntervals {
+		return fieldError("DeletedPodMinAge", "must be at least %s", MinInterval)
 	}
 	if c.DeletedPodGrace > 0 && c.DeletedPodGrace < minDeletedPodGrace && !c.AllowShortIntervals {
 		// Under it, the check races the kubelet's own teardown: a DEL

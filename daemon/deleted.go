@@ -21,12 +21,22 @@ import (
 // the retries cover.
 const DefaultDeletedPodGrace = 30 * time.Second
 
-// DeletedPodMinAge is the minimum age of a deleted pod's file before the
-// check removes it, when --min-age is longer: the pod's last sandbox may
-// still be in its ADD when the pod is force-deleted, and the kubelet gives
-// RunPodSandbox at most twice its runtime request timeout, plus a minute for
-// the delegates (as HostLocalMinAge).
-const DeletedPodMinAge = HostLocalMinAge
+// DefaultDeletedPodMinAge is the default minimum age of a deleted pod's file
+// before the check removes it (Config.DeletedPodMinAge), when --min-age is
+// longer: the pod's last sandbox may still be in its ADD when the pod is
+// force-deleted, and the kubelet gives RunPodSandbox at most twice its
+// runtime request timeout, plus a minute for the delegates (as
+// HostLocalMinAge). A kubelet with a raised runtimeRequestTimeout needs it
+// raised: 2 x its timeout + 1m.
+const DefaultDeletedPodMinAge = HostLocalMinAge
+
+// deletedMinAge is Config.DeletedPodMinAge or its default.
+func (d *Daemon) deletedMinAge() time.Duration {
+	if d.cfg.DeletedPodMinAge > 0 {
+		return d.cfg.DeletedPodMinAge
+	}
+	return DefaultDeletedPodMinAge
+}
 
 // Bounds of the queue of deleted pods and of its checks.
 const (
@@ -49,6 +59,9 @@ const (
 	// deletedBusyWait is how long a check waits when another run holds the
 	// cache or the node is paused; it costs no attempt.
 	deletedBusyWait = 5 * time.Second
+	// maxCheckReleases bounds the time in which a check starts CNI DELs
+	// (prune.Options.ReleaseUntil).
+	maxCheckReleases = time.Minute
 )
 
 // Outcomes of a deleted pod, the label of sweep_deleted_pods_total: each
@@ -225,14 +238,17 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 		wait(batch)
 		return
 	}
+	// Set before the lock is taken and cleared after it is let go, so that
+	// a scheduled run that finds the lock taken by a check always knows it.
+	d.checking.Store(true)
 	if !d.running.TryLock() {
+		d.checking.Store(false)
 		wait(batch)
 		return
 	}
-	d.checking.Store(true)
 	defer func() {
-		d.checking.Store(false)
 		d.running.Unlock()
+		d.checking.Store(false)
 	}()
 
 	pods := map[string]*deletedPod{}
@@ -291,6 +307,11 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	}
 	if len(found) == 0 {
 		for _, p := range pods {
+			if st.Unread > 0 {
+				// Files left unread may be its: look again later.
+				d.retryDeleted(p, now, time.Time{})
+				continue
+			}
 			d.finishDeleted(p)
 		}
 		return
@@ -298,14 +319,20 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 
 	// What each pod's files were kept for: a passing reason checks it again.
 	retry := map[string]time.Time{}
-	minAge := min(d.cfg.Prune.MinAge, DeletedPodMinAge)
+	minAge := min(d.cfg.Prune.MinAge, d.deletedMinAge())
 	deps := d.deps
 	onFile := deps.OnFile
 	deps.OnFile = func(f prune.File) {
 		if onFile != nil {
 			onFile(f)
 		}
-		p, ok := pods[f.Pod.UID]
+		uid := f.Pod.UID
+		if uid == "" && f.Phase == prune.PhaseResults {
+			// Not readable again (an error, a file being rewritten):
+			// whose it was when found.
+			uid = d.podFiles.UIDOf(f.Cache, f.Name)
+		}
+		p, ok := pods[uid]
 		if !ok {
 			return
 		}
@@ -315,12 +342,17 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 		}
 		// The run calls OnFile one file at a time.
 		if at, again := retryAt(f, minAge, now); again {
-			if cur, ok := retry[f.Pod.UID]; !ok || at.After(cur) {
-				retry[f.Pod.UID] = at
+			if cur, ok := retry[uid]; !ok || at.After(cur) {
+				retry[uid] = at
 			}
 		}
 	}
-	opts := prune.Options{Config: d.cfg.Prune, Deps: deps, Targets: &prune.Targets{UIDs: uids, Results: found, MinAge: minAge}}
+	// A bound on the DELs a check starts: they wait for the pace and for
+	// pods being bound (--cni-del-yield), on a busy node for long, and a
+	// scheduled run waits for the check. What is not started by then is
+	// kept (cni-del-deferred) and checked again.
+	opts := prune.Options{Config: d.cfg.Prune, Deps: deps, Targets: &prune.Targets{UIDs: uids, Results: found, MinAge: minAge},
+		ReleaseUntil: now.Add(maxCheckReleases)}
 	sum, _, err := prune.Cycle(ctx, d.sources, opts)
 	d.metrics.deletedChecks.Inc()
 	if sum == nil {
@@ -337,11 +369,15 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	// What the check released shows in the ranges at once.
 	d.refreshRanges(ctx)
 	for uid, p := range pods {
-		if at, ok := retry[uid]; ok || err != nil {
+		switch at, ok := retry[uid]; {
+		case errors.Is(err, prune.ErrPaused):
+			// Not an attempt: checked again once the pause lifts.
+			d.deletedQueue.put(p, now.Add(deletedBusyWait))
+		case ok || err != nil:
 			d.retryDeleted(p, now, at)
-			continue
+		default:
+			d.finishDeleted(p)
 		}
-		d.finishDeleted(p)
 	}
 	attrs := append(summaryAttrs(sum), "pods", len(pods), "files_read", st.Read, "seconds_since_deletion", time.Since(oldest(batch)).Seconds())
 	switch {

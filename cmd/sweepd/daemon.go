@@ -33,7 +33,7 @@ config appears.`,
 		ctx := cmd.Context()
 		cfg := p.config(e)
 		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
-		cfg.DeletedPodGrace = f.grace
+		cfg.DeletedPodGrace, cfg.DeletedPodMinAge = f.grace, f.graceAge
 		cfg.CNIConfDir = *confDir
 		uc, err := u.config()
 		if err != nil {
@@ -65,7 +65,8 @@ type daemonCmdFlags struct {
 	addr      string
 	pause     bool
 	grace     time.Duration
-	confDir   string // --cni-conf-dir
+	graceAge  time.Duration // --deleted-pod-min-age
+	confDir   string        // --cni-conf-dir
 	prune     *pruneFlags
 	uninstall *daemonUninstallFlags
 }
@@ -80,6 +81,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.BoolVar(&f.onStart, "prune-on-start", true, "prune right after the first sync of the node's pods")
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
 	durationVar(fs, &f.grace, "deleted-pod-grace", daemon.DefaultDeletedPodGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
+	durationVar(fs, &f.graceAge, "deleted-pod-min-age", daemon.DefaultDeletedPodMinAge, "with --deleted-pod-grace, keep a deleted pod's files younger than this (or than --min-age, if shorter): a force-deleted pod's last sandbox may still be in its CNI ADD, which the kubelet allows twice its runtimeRequestTimeout; raise it to 2 x that timeout + 1m with a raised timeout")
 	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
 	fs.StringVar(&f.confDir, "cni-conf-dir", ranges.DefaultConfDir, "CNI configuration directory whose host-local networks' ranges are counted in the metrics "+
 		"(addresses in use, held by dead sandboxes with --liveness=cri or both, free), from the reservations where each network's config puts them; empty disables")

@@ -50,7 +50,7 @@ func daemonFlags() map[string]string {
 		"NodeName": "node-name", "Prune.MinAge": "min-age", "Schedule": "schedule", "Liveness": "liveness",
 		"RebootAware": "reboot-aware", "ExpectRuntime": "expect-runtime", "CRIEndpoint": "cri-endpoint", "CRITimeout": "cri-timeout",
 		"Prune.MaxReleases": "cni-del-max", "CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
-		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency", "CNIDelYield": "cni-del-yield", "DeletedPodGrace": "deleted-pod-grace",
+		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency", "CNIDelYield": "cni-del-yield", "DeletedPodGrace": "deleted-pod-grace", "DeletedPodMinAge": "deleted-pod-min-age",
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
 		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
 		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
