@@ -266,3 +266,57 @@ func TestOnLive(t *testing.T) {
 		t.Fatalf("OnLive got %v, want the live pod's %v", got, want)
 	}
 }
+
+// TestTargetedReservations: a check releases the reservations of the
+// targeted pods' sandboxes alone, and counts no other (an orphan of
+// another sandbox is the scheduled run's); a reservation whose sandbox a
+// file of the runtime's cache still names is kept for that file's DEL, as
+// in a full run, although the check did not read the file.
+func TestTargetedReservations(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		runtimeNamed bool
+		released     int
+		kept         map[prune.Reason]int
+	}{
+		{name: "released", released: 1, kept: map[prune.Reason]int{}},
+		{name: "named by the runtime's cache", runtimeNamed: true, kept: map[prune.Reason]int{prune.ReasonCacheNamed: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newReservationTree(t)
+			gone, uid := multuscache.NewSandboxID(), multuscache.UID("gone")
+			hourAgo := time.Now().Add(-time.Hour)
+			paths, err := multuscache.Sandbox(rt.multus, gone, multuscache.Pod{Namespace: "default", Name: "gone", UID: uid},
+				multuscache.DefaultAttachments(), hourAgo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeReservation(t, rt.net, "10.1.0.6", gone+"\r\nnet1", hourAgo)
+			args := rt.opts()
+			if tc.runtimeNamed {
+				args.Options.RuntimeDir = runtimeCacheOf(t, rt, gone)
+			}
+			var results []string
+			for _, p := range paths[1:] {
+				results = append(results, filepath.Base(p))
+			}
+			args.Options.Targets = &prune.Targets{UIDs: map[string]struct{}{uid: {}},
+				Results: map[prune.CacheName][]string{prune.CacheMultus: results}, MinAge: time.Minute}
+			sum, err := prune.Run(t.Context(), args.Views, args.Options)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := sum.Reservations
+			if r.Released != tc.released || r.Scanned != 1 || !equalCounts(r.Kept, tc.kept) {
+				t.Fatalf("released %d, scanned %d, kept %v; want %d, 1 (the target's alone), %v", r.Released, r.Scanned, r.Kept, tc.released, tc.kept)
+			}
+			want := "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 last_reserved_ip.0 lock"
+			if tc.released == 0 {
+				want = "10.1.0.2 10.1.0.3 10.1.0.4 10.1.0.5 10.1.0.6 last_reserved_ip.0 lock"
+			}
+			if got := rt.left(t); got != want {
+				t.Fatalf("left %q, want %q: another sandbox's orphan (10.1.0.5) is the scheduled run's", got, want)
+			}
+		})
+	}
+}
