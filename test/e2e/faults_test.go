@@ -258,7 +258,17 @@ func TestCleanupAPIServerKilledMidDelete(t *testing.T) {
 		cmd := exec.Command(sweepd, "cleanup", "--kubeconfig="+cp.Kubeconfig, "--config-dir="+configDir, "--deletion-timeout-seconds=20")
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
-		t.Cleanup(func() { t.Logf("sweepd cleanup output:\n%s", lastLines(out.String(), 20)) })
+		t.Cleanup(func() {
+			// The failures whole, wherever they are, and the end: a failed
+			// run's reasons are what a flake needs to be understood.
+			var failed []string
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.Contains(l, "failed") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+					failed = append(failed, l)
+				}
+			}
+			t.Logf("sweepd cleanup failures and warnings:\n%s\nlast lines:\n%s", strings.Join(failed, "\n"), lastLines(out.String(), 20))
+		})
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
