@@ -294,13 +294,13 @@ func TestTargetedReservations(t *testing.T) {
 			writeReservation(t, rt.net, "10.1.0.6", gone+"\r\nnet1", hourAgo)
 			args := rt.opts()
 			if tc.runtimeNamed {
-				args.Options.RuntimeDir = runtimeCacheOf(t, rt, gone)
+				args.RuntimeDir = runtimeCacheOf(t, rt, gone)
 			}
 			var results []string
 			for _, p := range paths[1:] {
 				results = append(results, filepath.Base(p))
 			}
-			args.Options.Targets = &prune.Targets{UIDs: map[string]struct{}{uid: {}},
+			args.Targets = &prune.Targets{UIDs: map[string]struct{}{uid: {}},
 				Results: map[prune.CacheName][]string{prune.CacheMultus: results}, MinAge: time.Minute}
 			sum, err := prune.Run(t.Context(), args.Views, args.Options)
 			if err != nil {
