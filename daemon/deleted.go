@@ -341,7 +341,7 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 			return
 		}
 		// The run calls OnFile one file at a time.
-		if at, again := retryAt(f, minAge, now); again {
+		if at, again := retryAt(f, minAge); again {
 			if cur, ok := retry[uid]; !ok || at.After(cur) {
 				retry[uid] = at
 			}
@@ -395,7 +395,7 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 // retryAt says whether a deleted pod's file kept by a check is worth
 // another, and when: the reasons that pass with time. A file that is only
 // too young is checked again once it is old enough.
-func retryAt(f prune.File, minAge time.Duration, now time.Time) (time.Time, bool) {
+func retryAt(f prune.File, minAge time.Duration) (time.Time, bool) {
 	switch f.Reason {
 	case prune.ReasonTooYoung:
 		return f.ModTime.Add(minAge + time.Second), true

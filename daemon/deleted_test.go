@@ -63,7 +63,7 @@ func TestRetryAt(t *testing.T) {
 		{prune.ReasonNotTarget, false, time.Time{}},
 		{prune.ReasonUnparseable, false, time.Time{}},
 	} {
-		at, again := retryAt(prune.File{Reason: tc.reason, ModTime: mtime}, 5*time.Minute, now)
+		at, again := retryAt(prune.File{Reason: tc.reason, ModTime: mtime}, 5*time.Minute)
 		if again != tc.again || !at.Equal(tc.at) {
 			t.Errorf("%s: again %v at %v, want %v at %v", tc.reason, again, at, tc.again, tc.at)
 		}

@@ -122,7 +122,9 @@ func (s *freshStore) Delete(obj any) error {
 // Replace stores a complete list and only then makes the view fresh.
 func (s *freshStore) Replace(list []any, rv string) error {
 	var arrived, gone []any
-	relist := s.f.HasSynced()
+	// Only a relist has arrivals and departures, and only the views told of
+	// them look for them.
+	relist := s.f.HasSynced() && (s.added != nil || s.deleted != nil)
 	var kept map[string]struct{}
 	if relist && s.deleted != nil {
 		kept = make(map[string]struct{}, len(list))

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 )
 
 // ErrNotSynced means a liveness view (pods or sandboxes) was not, or stopped
@@ -321,7 +322,7 @@ func (e *executor) run(ctx context.Context, sum *Summary) error {
 // runCache prunes one cache directory and returns the sandboxes its results
 // files left name, or nil when it has no results directory to read.
 func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[SandboxID]struct{}, error) {
-	dir, err := openDir(unix.AT_FDCWD, c.dir)
+	dir, err := nofollow.OpenDir(unix.AT_FDCWD, c.dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache directory %s: %w", c.dir, err)
 	}
@@ -339,7 +340,7 @@ func (e *executor) runCache(ctx context.Context, c cache, sum *Summary) (map[San
 	}
 
 	var referenced map[SandboxID]struct{}
-	results, err := openDir(int(dir.Fd()), "results")
+	results, err := nofollow.OpenDir(int(dir.Fd()), "results")
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		// No results directory: multus before v3.7.2 kept delegate results

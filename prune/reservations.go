@@ -19,6 +19,7 @@ package prune
 
 import (
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 
 	"bytes"
 	"context"
@@ -207,7 +208,7 @@ func (e *executor) releaseReservations(ctx context.Context, sum *Summary, known 
 // dataDir handles one host-local data directory: each of its
 // subdirectories is a network.
 func (e *executor) dataDir(ctx context.Context, path string, rc *ReservationCounts, known map[SandboxID]struct{}) error {
-	dir, err := openDir(unix.AT_FDCWD, path)
+	dir, err := nofollow.OpenDir(unix.AT_FDCWD, path)
 	if errors.Is(err, unix.ENOENT) {
 		// host-local makes it at its first ADD: nothing reserved yet.
 		e.opts.Logger.Debug("no host-local data directory", "dir", path)
@@ -289,7 +290,7 @@ func (e *executor) otherNetwork(parent int, dataDir, network string, rc *Reserva
 // openNetwork opens the directory of a network in a data directory; nil
 // and no error when it is gone.
 func openNetwork(parent int, dataDir, network string) (*os.File, error) {
-	dir, err := openDir(parent, network)
+	dir, err := nofollow.OpenDir(parent, network)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
@@ -321,23 +322,22 @@ func (e *executor) network(ctx context.Context, parent int, dataDir, network str
 			rc.Kept[e.stopReason()]++
 			continue
 		}
-		rc.Scanned++
-		f := File{Phase: PhaseReservation, Name: filepath.Join(dataDir, network, name)}
 		re := ReservationEntry{Entry: Entry{Name: name}}
-		var d Decision
 		raw, st, err := readReservation(fd, name, de.Type(), &re)
 		if e.opts.Targets != nil && (err != nil || !e.targetedReservation(re)) {
 			// Not a targeted pod's, or not known to be: the scheduled
 			// run's, and not counted, errors included, so that a check
 			// does not report another sandbox's entries again and again.
-			rc.Scanned--
 			continue
 		}
+		rc.Scanned++
+		f := File{Phase: PhaseReservation, Name: filepath.Join(dataDir, network, name)}
+		var d Decision
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			rc.Vanished++
 			continue
-		case errors.Is(err, errNotRegular):
+		case errors.Is(err, nofollow.ErrNotRegular):
 			d = keep(ReasonNotRegular)
 		case err != nil:
 			e.warnFile("cannot read host-local reservation", "phase", PhaseReservation, "file", f.Name, "error", err)
@@ -379,9 +379,9 @@ func (e *executor) targetedReservation(re ReservationEntry) bool {
 func readReservation(dirfd int, name string, typ os.FileMode, re *ReservationEntry) ([]byte, unix.Stat_t, error) {
 	var st unix.Stat_t
 	if !typ.IsRegular() {
-		return nil, st, errNotRegular
+		return nil, st, nofollow.ErrNotRegular
 	}
-	fd, err := openRegular(dirfd, name, 0, &st)
+	fd, err := nofollow.OpenRegular(dirfd, name, 0, &st)
 	if err != nil {
 		return nil, st, err
 	}
@@ -393,7 +393,7 @@ func readReservation(dirfd int, name string, typ os.FileMode, re *ReservationEnt
 		return nil, st, nil
 	}
 	buf := make([]byte, st.Size)
-	n, err := readFull(fd, buf)
+	n, err := nofollow.ReadFull(fd, buf)
 	if err != nil {
 		return nil, st, err
 	}
@@ -447,7 +447,7 @@ func (e *executor) release(ctx context.Context, dirfd int, name, path string, ra
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return keep(reasonVanished)
-	case errors.Is(err, errNotRegular):
+	case errors.Is(err, nofollow.ErrNotRegular):
 		return keep(ReasonChanged)
 	case err != nil:
 		e.warnFile("cannot re-check host-local reservation", "phase", PhaseReservation, "file", path, "error", err)
@@ -491,7 +491,7 @@ func lockNetwork(ctx context.Context, dirfd int, wait time.Duration) (unlock fun
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, fmt.Errorf("%s: %w", hostLocalLock, errNotRegular)
+		return nil, fmt.Errorf("%s: %w", hostLocalLock, nofollow.ErrNotRegular)
 	}
 	// Polled rather than blocking in flock: a blocked flock cannot be
 	// cancelled, and a run must stop when asked.

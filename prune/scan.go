@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 )
 
 // worker handles files one at a time with its own read buffer and counts, so
@@ -70,7 +71,7 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 	case errors.Is(err, unix.ENOENT):
 		w.counts.vanished[PhaseResults]++ // removed by someone else meanwhile
 		return
-	case errors.Is(err, errNotRegular):
+	case errors.Is(err, nofollow.ErrNotRegular):
 		d = keep(ReasonNotRegular)
 	case err != nil:
 		w.e.warnFile("cannot read cache file", "phase", PhaseResults, "file", name, "error", err)
@@ -149,17 +150,15 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 // the removal: neither removed by the prune nor kept. Never counted by reason.
 const reasonVanished Reason = "vanished"
 
-var errNotRegular = errors.New("not a regular file")
-
 // read opens name without following a symlink or blocking on a FIFO, checks
 // that it is a regular file and parses it into re.
 func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	if !typ.IsRegular() {
-		return st, errNotRegular
+		return st, nofollow.ErrNotRegular
 	}
 	// O_NOATIME spares an inode write per file.
-	fd, err := openRegular(dirfd, name, unix.O_NOATIME, &st)
+	fd, err := nofollow.OpenRegular(dirfd, name, unix.O_NOATIME, &st)
 	if err != nil {
 		return st, err
 	}
@@ -173,7 +172,7 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	// Read what fstat saw, no more: a file that grows meanwhile has a newer
 	// mtime, which the re-check before removal catches; one that shrinks
 	// reads short and fails to parse, so it is kept.
-	n, err := readFull(fd, w.buf[:st.Size])
+	n, err := nofollow.ReadFull(fd, w.buf[:st.Size])
 	if err != nil {
 		return st, err
 	}
@@ -189,51 +188,6 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 	}
 	re.Cache = cf
 	return st, nil
-}
-
-// openRegular opens name in dirfd for reading without following a symlink
-// or blocking on a FIFO, with the extra open flags (O_NOATIME, which needs
-// ownership or CAP_FOWNER, is dropped when refused), and fstats it into st:
-// errNotRegular for anything but a regular file, a symlink included.
-func openRegular(dirfd int, name string, extra int, st *unix.Stat_t) (int, error) {
-	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := unix.Openat(dirfd, name, flags|extra, 0)
-	if errors.Is(err, unix.EPERM) && extra&unix.O_NOATIME != 0 {
-		fd, err = unix.Openat(dirfd, name, flags|extra&^unix.O_NOATIME, 0)
-	}
-	if errors.Is(err, unix.ELOOP) {
-		return -1, errNotRegular // a symlink, or replaced by one since readdir
-	}
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Fstat(fd, st); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return -1, errNotRegular
-	}
-	return fd, nil
-}
-
-func readFull(fd int, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return n, nil
 }
 
 func (w *worker) scratch(dirfd int, name string, typ os.FileMode, referenced map[SandboxID]struct{}) {
@@ -351,14 +305,4 @@ func (w *worker) report(f File, d Decision) {
 	e.onFile.Lock()
 	defer e.onFile.Unlock()
 	e.opts.OnFile(f)
-}
-
-// openDir opens a directory relative to dirfd without following a symlink in
-// its last component.
-func openDir(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
 }

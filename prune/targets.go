@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 )
 
 // Targets narrow a run to the files of pods whose deletion the caller has
@@ -136,13 +137,13 @@ func (p *PodFiles) Find(cfg Config, uids map[string]struct{}) (map[CacheName][]s
 }
 
 func (p *PodFiles) findCache(c cache, uids map[string]struct{}, buf []byte, st *FindStats) ([]string, error) {
-	dir, err := openDir(unix.AT_FDCWD, c.dir)
+	dir, err := nofollow.OpenDir(unix.AT_FDCWD, c.dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache directory %s: %w", c.dir, err)
 	}
 	defer dir.Close()
 	if !c.flat {
-		results, err := openDir(int(dir.Fd()), "results")
+		results, err := nofollow.OpenDir(int(dir.Fd()), "results")
 		if errors.Is(err, unix.ENOENT) {
 			return nil, nil // older multus: nothing to find by pod
 		}
@@ -197,7 +198,7 @@ func (p *PodFiles) findCache(c cache, uids map[string]struct{}, buf []byte, st *
 // blocks on a FIFO; the run that acts on the file reads it again.
 func readPodUID(dirfd int, name string, buf []byte) string {
 	var st unix.Stat_t
-	fd, err := openRegular(dirfd, name, unix.O_NOATIME, &st)
+	fd, err := nofollow.OpenRegular(dirfd, name, unix.O_NOATIME, &st)
 	if err != nil {
 		return ""
 	}
@@ -205,7 +206,7 @@ func readPodUID(dirfd int, name string, buf []byte) string {
 	if st.Size > int64(len(buf)) {
 		return ""
 	}
-	n, err := readFull(fd, buf[:st.Size])
+	n, err := nofollow.ReadFull(fd, buf[:st.Size])
 	if err != nil {
 		return ""
 	}

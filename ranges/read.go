@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -114,7 +115,7 @@ const maxConfFiles = 256
 // never following a symlink. A file that cannot be read or parsed is a
 // problem and its networks are left out; a missing dir has none.
 func Networks(dir string) ([]Network, []error) {
-	d, err := openDir(unix.AT_FDCWD, dir)
+	d, err := nofollow.OpenDir(unix.AT_FDCWD, dir)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
@@ -303,7 +304,7 @@ func state(dirfd int, name string, typ os.FileMode, sb Sandboxes, youngFrom time
 // network's directory is missing (host-local makes it at the network's
 // first ADD), an error when the data directory is.
 func openNetworkDir(n Network) (*os.File, error) {
-	data, err := openDir(unix.AT_FDCWD, n.DataDir)
+	data, err := nofollow.OpenDir(unix.AT_FDCWD, n.DataDir)
 	if errors.Is(err, unix.ENOENT) {
 		// host-local makes it at its first ADD of any network; on a node
 		// that runs pods, a missing one is more likely one this process
@@ -315,7 +316,7 @@ func openNetworkDir(n Network) (*os.File, error) {
 		return nil, fmt.Errorf("open host-local data directory %s: %w", n.DataDir, err)
 	}
 	defer data.Close()
-	dir, err := openDir(int(data.Fd()), n.Name)
+	dir, err := nofollow.OpenDir(int(data.Fd()), n.Name)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
@@ -325,19 +326,7 @@ func openNetworkDir(n Network) (*os.File, error) {
 	return dir, nil
 }
 
-// openDir opens the directory name of dirfd, never through a symlink.
-func openDir(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-var (
-	errNotRegular = errors.New("not a regular file")
-	errTooLarge   = errors.New("too large")
-)
+var errTooLarge = errors.New("too large")
 
 // readFile reads the regular file name of dirfd, at most limit bytes.
 func readFile(dirfd int, name string, limit int64) ([]byte, error) {
@@ -350,37 +339,18 @@ func readFile(dirfd int, name string, limit int64) ([]byte, error) {
 // file over limit bytes is not read.
 func readFileStat(dirfd int, name string, limit int64) ([]byte, unix.Stat_t, error) {
 	var st unix.Stat_t
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, st, errNotRegular
-	}
+	fd, err := nofollow.OpenRegular(dirfd, name, 0, &st)
 	if err != nil {
 		return nil, st, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, st, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, st, errNotRegular
-	}
 	if st.Size > limit {
 		return nil, st, fmt.Errorf("%w: %d bytes, over %d", errTooLarge, st.Size, limit)
 	}
 	buf := make([]byte, st.Size)
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, st, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	n, err := nofollow.ReadFull(fd, buf)
+	if err != nil {
+		return nil, st, err
 	}
 	return buf[:n], st, nil
 }

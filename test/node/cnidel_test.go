@@ -78,8 +78,7 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 	// A dataDir of its own, so that only the chart's hostPaths give the
 	// daemon's plugins write access to it.
 	dataDir := filepath.Join(c.node.Dir, "cni", "net1")
-	conf := fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
-		secNet, secBridge, secSubnet, dataDir)
+	conf := secNetConf(dataDir)
 	reserved := func(a *secAttachment) bool { return framework.Exists(filepath.Join(dataDir, secNet, a.ip)) }
 
 	// Before the daemon runs, so that the leak is there to be seen.
@@ -105,15 +104,7 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 
 	// The memory limit values.yaml asks for with cniDel: the plugins run in
 	// the daemon's memory cgroup.
-	daemon := c.install(t, chartValues(c.node)+fmt.Sprintf(`
-cniDel:
-  enabled: true
-  binDir: %q
-  hostPaths: [%q]
-  readOnlyHostPaths: [%q, %q]
-resources:
-  limits: {memory: 100Mi}
-`, binDir, dataDir, c.node.NetNSDir, c.node.CNIConfDir))
+	daemon := c.install(t, chartValues(c.node)+c.cniDelValues(binDir, dataDir))
 	if daemon.Status.PodIP != controlplane.NodeIP {
 		t.Fatalf("daemon's pod IP %s, want the node's %s: cniDel.enabled makes it hostNetwork", daemon.Status.PodIP, controlplane.NodeIP)
 	}
@@ -191,6 +182,28 @@ resources:
 			t.Errorf("%s = %v, want 0", cniDelFailed, n)
 		}
 	})
+}
+
+// secNetConf is secNet's config (bridge, host-local with its data in
+// dataDir).
+func secNetConf(dataDir string) []byte {
+	return fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
+		secNet, secBridge, secSubnet, dataDir)
+}
+
+// cniDelValues are the chart's top-level values that turn cniDel on for
+// plugins in binDir releasing into dataDir, with the memory limit
+// values.yaml asks for with it: the plugins run in the daemon's cgroup.
+func (c *cluster) cniDelValues(binDir, dataDir string) string {
+	return fmt.Sprintf(`
+cniDel:
+  enabled: true
+  binDir: %q
+  hostPaths: [%q]
+  readOnlyHostPaths: [%q, %q]
+resources:
+  limits: {memory: 100Mi}
+`, binDir, dataDir, c.node.NetNSDir, c.node.CNIConfDir)
 }
 
 // attachSecNet attaches the running pod to the network of conf (a single

@@ -34,8 +34,7 @@ func releaseHostLocalOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 		t.Fatal(err)
 	}
 	dataDir := filepath.Join(c.node.Dir, "cni", "hl")
-	conf := fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
-		secNet, secBridge, secSubnet, dataDir)
+	conf := secNetConf(dataDir)
 	reservation := func(a *secAttachment) string { return filepath.Join(dataDir, secNet, a.ip) }
 
 	live := c.attachSecNet(t, c.runPod(t, "live"), binDir, conf)

@@ -70,8 +70,7 @@ func newLeakBench(b *testing.B, c *cluster) *leakBench {
 		b.Fatal(err)
 	}
 	l := &leakBench{c: c, binDir: binDir, dataDir: filepath.Join(c.node.Dir, "cni", "net1")}
-	l.conf = fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
-		secNet, secBridge, secSubnet, l.dataDir)
+	l.conf = secNetConf(l.dataDir)
 	// The chart's defaults but for the node's own directories and the
 	// local image.
 	l.daemon = c.install(b, fmt.Sprintf(`
@@ -80,14 +79,7 @@ stateDir: %s
 daemon:
   multusDir: %s
   logFormat: text
-cniDel:
-  enabled: true
-  binDir: %q
-  hostPaths: [%q]
-  readOnlyHostPaths: [%q, %q]
-resources:
-  limits: {memory: 100Mi}
-`, filepath.Join(c.node.Dir, "sweep-state"), c.multusDir(), binDir, l.dataDir, c.node.NetNSDir, c.node.CNIConfDir))
+`, filepath.Join(c.node.Dir, "sweep-state"), c.multusDir())+c.cniDelValues(binDir, l.dataDir))
 	return l
 }
 
