@@ -1,13 +1,17 @@
 package liveness
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/sweep-k8s/sweep/prune"
 )
@@ -52,5 +56,29 @@ func TestConfirmDeletedAll(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfirmDeletedForbidden: a 403 where the GET or the list of pods was
+// expected is no verdict: an error, and no pod confirmed gone.
+func TestConfirmDeletedForbidden(t *testing.T) {
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	client := metadatafake.NewSimpleMetadataClient(scheme)
+	client.PrependReactor("*", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no rights"))
+	})
+	v := &Views{cfg: Config{NodeName: "node-a"}, client: client}
+	for _, n := range []int{1, confirmListAbove + 1} {
+		var refs []prune.PodRef
+		for i := range n {
+			refs = append(refs, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("p-", i), UID: fmt.Sprint("uid-", i)})
+		}
+		got, err := v.ConfirmDeletedAll(t.Context(), refs)
+		if !apierrors.IsForbidden(err) || len(got) != 0 {
+			t.Errorf("%d pods: verdicts %v, err %v; want none and the 403", n, got, err)
+		}
 	}
 }

@@ -34,7 +34,9 @@ import (
 //     kubelet's);
 //   - a pod deleted while the node is paused keeps its files until the
 //     pause is lifted, then loses them without waiting for a scheduled run;
-//   - a live pod's files stay throughout.
+//   - a live pod's files stay throughout;
+//   - once the node's kubelet is gone (its Lease no longer renewed), a
+//     deleted pod's check removes nothing.
 func TestDeletedPodPruned(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
@@ -166,6 +168,26 @@ func TestDeletedPodPruned(t *testing.T) {
 	if data, err := os.ReadFile(d.log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
 		t.Errorf("no log line of the checks (%v)", err)
 	}
+
+	// A Node record whose kubelet is gone (its Lease no longer renewed):
+	// the views are unproven, and the check of a pod deleted then removes
+	// nothing, as no run does.
+	orphan := mk("orphan", old)
+	if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Until the last renewal is older than the Lease's duration, with the
+	// daemon's poll of it to spare, the kubelet may still be alive.
+	framework.Eventually(t, 60*time.Second, "the node's Lease expired", func() bool {
+		l, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "node-a", metav1.GetOptions{})
+		return err == nil && l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) > controlplane.KubeletLeaseDuration+5*time.Second
+	})
+	del("orphan")
+	framework.Eventually(t, 60*time.Second, "the check refused", func() bool {
+		data, _ := os.ReadFile(d.log)
+		return strings.Contains(string(data), "deleted pods not checked: no usable view")
+	})
+	framework.CheckFiles(t, "a pod deleted while its node's kubelet is gone", orphan.files, true)
 }
 
 // createMirrorPod creates a pod as the kubelet makes a static pod's mirror:
