@@ -3,14 +3,18 @@ package liveness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 )
 
@@ -29,6 +33,13 @@ const kubeletDefaultEndpoint = "unix:///run/containerd/containerd.sock"
 // /run/k3s/containerd/containerd.sock while Docker, or a containerd left
 // from before a migration, answers at the default socket; two containerds
 // of the same version answer alike. Only the kubelet knows which is its.
+//
+// A kubelet's paths mean what they mean in its own mount namespace, so
+// they are read through its root (/proc/PID/root): a kubelet in a
+// container (kind, k3d, minikube) names a socket inside the container,
+// whatever sweepd finds at that path outside. Every kubelet on the machine
+// must use our socket: one that uses another runtime leaves open which of
+// them runs the pods whose files sweepd reads.
 type kubeletWitness struct {
 	socket string // the CRI socket sweepd dials
 	proc   string // DefaultProc but in tests
@@ -59,27 +70,39 @@ func (w *kubeletWitness) Prove(context.Context, Evidence) error {
 		return unproven(ErrRuntimeUnproven, "no kubelet process runs on this machine (none named kubelet in %s), so nothing proves that "+
 			"%s is the runtime of this node's pods; where the kubelet runs inside another process (k3s), use --liveness=api", w.proc, w.socket)
 	}
-	var seen []string
-	for _, k := range kubelets {
-		endpoint, err := kubeletEndpoint(k.args, os.ReadFile, filepath.Glob)
-		if err != nil {
-			seen = append(seen, fmt.Sprintf("pid %d: %v", k.pid, err))
-			continue
+	// Every kubelet must use our socket: several that name different
+	// runtimes leave open which one runs the pods whose files sweepd reads
+	// (a kind or k3d node's kubelet beside the host's, say).
+	var (
+		proven *kubeletProcess
+		others []string
+	)
+	for i, k := range kubelets {
+		endpoint, id, err := k.socket(w.proc)
+		switch {
+		case err != nil && endpoint != "":
+			others = append(others, fmt.Sprintf("pid %d uses %s, no file in its root (%v)", k.pid, endpoint, err))
+		case err != nil:
+			others = append(others, fmt.Sprintf("pid %d: %v", k.pid, err))
+		case id == ours:
+			if proven == nil {
+				proven = &kubelets[i]
+			}
+		default:
+			others = append(others, fmt.Sprintf("pid %d uses %s", k.pid, endpoint))
 		}
-		path, err := endpointPath(endpoint)
-		if err != nil {
-			seen = append(seen, fmt.Sprintf("pid %d: %v", k.pid, err))
-			continue
-		}
-		if id, err := statID(path); err == nil && id == ours {
-			w.pid, w.start = k.pid, k.start
-			w.check.reset(true)
-			return nil
-		}
-		seen = append(seen, fmt.Sprintf("pid %d uses %s", k.pid, endpoint))
+	}
+	switch {
+	case proven != nil && len(others) == 0:
+		w.pid, w.start = proven.pid, proven.start
+		w.check.reset(true)
+		return nil
+	case proven != nil:
+		return unproven(ErrRuntimeUnproven, "kubelet pid %d uses the socket %s, but other kubelets on this machine use other runtimes (%s): "+
+			"several kubelets prove nothing of which one runs this node's pods", proven.pid, w.socket, strings.Join(others, "; "))
 	}
 	return unproven(ErrRuntimeUnproven, "no kubelet on this machine uses the socket %s (%s): it is not the runtime of this node's pods "+
-		"(set --cri-endpoint to the kubelet's --container-runtime-endpoint)", w.socket, strings.Join(seen, "; "))
+		"(set --cri-endpoint to the kubelet's --container-runtime-endpoint)", w.socket, strings.Join(others, "; "))
 }
 
 // Holds implements Witness: the kubelet proven still runs.
@@ -97,6 +120,126 @@ type kubeletProcess struct {
 	pid   int
 	start string
 	args  []string
+}
+
+// socket returns the runtime endpoint that k uses and the identity of its
+// socket file (an error with the endpoint when there is none), both read as k sees them: through its own root
+// (/proc/PID/root), every symlink resolved inside that root. A kubelet in
+// another mount namespace (a container's, kind's) names paths of its own
+// file system; read in sweepd's, the same path may be another runtime's
+// socket, or left over.
+func (k kubeletProcess) socket(proc string) (string, fileID, error) {
+	root, err := openProcessRoot(proc, k.pid)
+	if err != nil {
+		return "", fileID{}, err
+	}
+	defer root.close()
+	// The root opened is k's only if the PID still is: a PID reused since
+	// the kubelet was listed would lend another process's root.
+	if start, err := startTime(proc, k.pid); err != nil || start != k.start {
+		return "", fileID{}, errors.New("exited while it was looked at")
+	}
+	endpoint, err := kubeletEndpoint(k.args, root.readFile, root.glob)
+	if err != nil {
+		return "", fileID{}, err
+	}
+	path, err := endpointPath(endpoint)
+	if err != nil {
+		return "", fileID{}, err
+	}
+	id, err := root.statID(path)
+	return endpoint, id, err
+}
+
+// processRoot reads files inside another process's root directory, as
+// that process would resolve their paths.
+type processRoot struct{ fd int }
+
+// maxKubeletConfig bounds the read of one kubelet configuration file.
+const maxKubeletConfig = 1 << 20
+
+// openProcessRoot opens /proc/PID/root. The kernel lets only a process
+// that may ptrace-read PID open it: root with CAP_SYS_PTRACE, or all of
+// the target's capabilities.
+func openProcessRoot(proc string, pid int) (processRoot, error) {
+	path := filepath.Join(proc, strconv.Itoa(pid), "root")
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return processRoot{}, fmt.Errorf("cannot read its root %s: %w (reading another process's root takes CAP_SYS_PTRACE, "+
+			"which the systemd unit grants)", path, err)
+	case err != nil:
+		return processRoot{}, fmt.Errorf("its root: %w", err)
+	}
+	return processRoot{fd: fd}, nil
+}
+
+func (r processRoot) close() { _ = unix.Close(r.fd) }
+
+// open opens path inside the root: an absolute symlink on the way resolves
+// against the root too, and ".." never leaves it.
+func (r processRoot) open(path string, flags int) (int, error) {
+	return unix.Openat2(r.fd, path, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+func (r processRoot) readFile(path string) ([]byte, error) {
+	fd, err := r.open(path, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKubeletConfig+1))
+	if err == nil && len(data) > maxKubeletConfig {
+		err = fmt.Errorf("%s: larger than %d bytes", path, maxKubeletConfig)
+	}
+	return data, err
+}
+
+// glob returns the names in pattern's directory that match its last
+// element, as filepath.Glob does for a pattern with no meta characters
+// before it (a kubelet's --config-dir/*.conf).
+func (r processRoot) glob(pattern string) ([]string, error) {
+	dir, match := filepath.Split(pattern)
+	fd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if ok, err := filepath.Match(match, n); err != nil {
+			return nil, err
+		} else if ok {
+			out = append(out, filepath.Join(dir, n))
+		}
+	}
+	return out, nil
+}
+
+// statID returns the identity of the file at path inside the root.
+func (r processRoot) statID(path string) (fileID, error) {
+	fd, err := r.open(path, unix.O_PATH)
+	if err != nil {
+		return fileID{}, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: st.Dev, ino: st.Ino, ctime: syscall.Timespec{Sec: st.Ctim.Sec, Nsec: st.Ctim.Nsec}}, nil
 }
 
 // findKubelets lists the processes whose command name is kubelet.

@@ -226,6 +226,30 @@ func (p fakeProc) add(pid int, comm, start string, args ...string) {
 			p.t.Fatal(err)
 		}
 	}
+	p.setRoot(pid, "/")
+}
+
+// setRoot makes root the root directory of process pid, as its
+// /proc/PID/root shows it: "/" for one that shares the test's.
+func (p fakeProc) setRoot(pid int, root string) {
+	p.t.Helper()
+	link := filepath.Join(p.dir, strconv.Itoa(pid), "root")
+	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.t.Fatal(err)
+	}
+	if err := os.Symlink(root, link); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// inRoot makes path, an absolute path, inside root, and its directory.
+func inRoot(t *testing.T, root, path string) string {
+	t.Helper()
+	in := filepath.Join(root, path)
+	if err := os.MkdirAll(filepath.Dir(in), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // kubeletSockets are a machine's runtime sockets, as regular files (stat
@@ -306,11 +330,75 @@ func TestKubeletWitness(t *testing.T) {
 				p.add(955, "kubelet", "2345", kubelet, "--config", filepath.Join(cfgDir, "config.yaml"),
 					"--config-dir", filepath.Join(cfgDir, "conf.d"))
 			}},
-		{name: "two kubelets, the second uses our socket",
+		{name: "two kubelets, both use our socket by different paths",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.link)
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			}},
+		{name: "two kubelets, one uses our socket, the other another runtime: which runs the node's pods is open",
 			procs: func(p fakeProc, s kubeletSockets, _ string) {
 				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
 				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(s kubeletSockets) []string {
+				return []string{"kubelet pid 3001 uses the socket", "pid 955 uses unix://" + s.sameName, "several kubelets prove nothing"}
 			}},
+		{name: "a kubelet in another root names our socket's path: there it is another file",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				root := p.t.TempDir()
+				writeKubeletFile(p.t, inRoot(p.t, root, s.ours), "")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.setRoot(955, root)
+			},
+			unproven: true, want: func(s kubeletSockets) []string { return []string{"pid 955 uses unix://" + s.ours} }},
+		{name: "a kubelet in another root names our socket's path: there is none there",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.setRoot(955, p.t.TempDir())
+			},
+			unproven: true, want: func(s kubeletSockets) []string {
+				return []string{"pid 955 uses unix://" + s.ours + ", no file in its root"}
+			}},
+		{name: "a kubelet in another root: an absolute symlink there resolves inside that root",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				root := p.t.TempDir()
+				writeKubeletFile(p.t, inRoot(p.t, root, s.ours), "")
+				if err := os.Symlink(s.ours, inRoot(p.t, root, s.link)); err != nil {
+					p.t.Fatal(err)
+				}
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.link)
+				p.setRoot(955, root)
+			},
+			unproven: true, want: func(s kubeletSockets) []string { return []string{"pid 955 uses unix://" + s.link} }},
+		{name: "a kubelet in another root whose socket there is ours (a bind mount, here a hard link)",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				root := p.t.TempDir()
+				if err := os.Link(s.ours, inRoot(p.t, root, "/run/containerd/containerd.sock")); err != nil {
+					p.t.Fatal(err)
+				}
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix:///run/containerd/containerd.sock")
+				p.setRoot(955, root)
+			}},
+		{name: "a kubelet in another root: its --config is read in that root",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				root := p.t.TempDir()
+				if err := os.Link(s.ours, inRoot(p.t, root, "/run/k3s/containerd/containerd.sock")); err != nil {
+					p.t.Fatal(err)
+				}
+				// Outside its root, the same path names another runtime.
+				writeKubeletFile(p.t, "/"+filepath.Join(p.t.TempDir(), "config.yaml"), "")
+				writeKubeletFile(p.t, inRoot(p.t, root, "/var/lib/kubelet/config.yaml"),
+					"containerRuntimeEndpoint: unix:///run/k3s/containerd/containerd.sock\n")
+				writeKubeletFile(p.t, inRoot(p.t, root, "/etc/kubernetes/kubelet.conf.d/10-runtime.conf"), "cgroupDriver: systemd\n")
+				p.add(955, "kubelet", "2345", kubelet, "--config=/var/lib/kubelet/config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d")
+				p.setRoot(955, root)
+			}},
+		{name: "a kubelet whose root cannot be opened: named, and no proof",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.setRoot(955, filepath.Join(p.t.TempDir(), "gone"))
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"pid 955: its root"} }},
 		{name: "the kubelet uses a socket of the same name in another directory",
 			procs: func(p fakeProc, s kubeletSockets, _ string) {
 				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,7 +191,7 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 	// same name and version, and an old one still holds the daemon pod's
 	// sandbox from before the kubelet moved off it.
 	kubelets, second, oldRuntime := fakecri.Start(t), fakecri.Start(t), fakecri.Start(t)
-	witness.StartKubelet(t, "--container-runtime-endpoint="+kubelets.Endpoint)
+	first := witness.StartKubelet(t, "--container-runtime-endpoint="+kubelets.Endpoint)
 	podSandbox, selfSandbox, oldSelfSandbox := multuscache.NewSandboxID(), multuscache.NewSandboxID(), multuscache.NewSandboxID()
 	kubelets.AddPod(podSandbox, pod.UID)
 	kubelets.AddPod(selfSandbox, self)
@@ -295,6 +296,9 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 	t.Run("daemon: the kubelet stops, removal stops", func(t *testing.T) {
 		rt := fakecri.Start(t)
 		rt.AddPod(podSandbox, pod.UID)
+		// One kubelet on the machine: a second that uses another runtime
+		// would leave the proof open from the start.
+		first.Kill()
 		k := witness.StartKubelet(t, "--container-runtime-endpoint="+rt.Endpoint)
 		d := startDaemon(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+rt.Endpoint,
 			"--schedule=@every 1s")...)
@@ -307,6 +311,86 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 		framework.Eventually(t, 30*time.Second, "two more skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
 		framework.CheckFiles(t, "files of a sandbox the runtime does not know, its kubelet gone", gone, true)
 		framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
+	})
+}
+
+// TestKubeletInAnotherMountNamespace: a kubelet in a container (kind, k3d,
+// minikube's docker driver, common on CI runner nodes) names a socket of its
+// own file system; read in sweepd's, the same path is a left-over runtime
+// that lists a READY sandbox but none of this node's pods. That kubelet is
+// no witness: nothing is removed or released, alone or beside a kubelet on
+// the host that uses the socket (issue 45, part 1). Once it is gone, the
+// host's kubelet proves the runtime, and the run acts on what that runtime
+// lists: the test's files would go, so the refusals were the rule's.
+func TestKubeletInAnotherMountNamespace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	networks := filepath.Join(t.TempDir(), "networks")
+	old := time.Now().Add(-time.Hour)
+	leftover, contained := fakecri.Start(t), fakecri.Start(t)
+	leftover.AddPod(multuscache.NewSandboxID(), multuscache.NewUID())
+	pod := multuscache.Pod{Namespace: "default", Name: "p", UID: multuscache.NewUID()}
+	podSandbox := multuscache.NewSandboxID()
+	contained.AddPod(podSandbox, pod.UID)
+	files := sandboxFiles(t, dir, podSandbox, pod, old)
+	reservation := filepath.Join(networks, "net1", "10.22.0.5")
+	if err := os.MkdirAll(filepath.Dir(reservation), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(reservation, []byte(podSandbox+"\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(reservation, old, old); err != nil {
+		t.Fatal(err)
+	}
+	kept := append([]string{reservation}, files...)
+	socketDir := func(s *fakecri.Server) string { return filepath.Dir(strings.TrimPrefix(s.Endpoint, "unix://")) }
+	// In its mount namespace the left-over's socket path is its own
+	// runtime's socket.
+	inContainer := witness.StartContainedKubelet(t, map[string]string{socketDir(leftover): socketDir(contained)},
+		"--container-runtime-endpoint="+leftover.Endpoint)
+	prune := func(t *testing.T) (summary pruneSummary, stderr string, code int) {
+		t.Helper()
+		predateViews()
+		cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), "prune", "--output=json", "--liveness=cri", "--multus-dir="+dir,
+			"--cri-timeout=2s", "--min-age=5m", "--cri-endpoint="+leftover.Endpoint,
+			"--release-host-local-dir="+networks, "--release-host-local-network=net1")
+		cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME=", "POD_UID=")
+		out, stderr, code := runCmd(t, cmd)
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &summary); err != nil {
+				t.Fatalf("summary: %v\n%s", err, out)
+			}
+		}
+		return summary, stderr, code
+	}
+	for _, tc := range []struct {
+		name string
+		host bool // a kubelet on the host uses the left-over's socket too
+		want string
+	}{
+		{"the contained kubelet alone", false, "no kubelet on this machine uses the socket"},
+		{"beside a host kubelet that uses the socket", true, "several kubelets prove nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.host {
+				witness.StartKubelet(t, "--container-runtime-endpoint="+leftover.Endpoint)
+			}
+			_, stderr, code := prune(t)
+			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, tc.want) ||
+				!strings.Contains(stderr, fmt.Sprintf("pid %d uses %s", inContainer.Pid(), leftover.Endpoint)) {
+				t.Fatalf("exit %d, want 1, %q and the contained kubelet named:\n%s", code, tc.want, stderr)
+			}
+			framework.CheckFiles(t, tc.name, kept, true)
+		})
+	}
+	t.Run("the contained kubelet gone: the host kubelet proves the socket", func(t *testing.T) {
+		inContainer.Kill()
+		witness.StartKubelet(t, "--container-runtime-endpoint="+leftover.Endpoint)
+		sum, stderr, code := prune(t)
+		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 {
+			t.Fatalf("exit %d, summary %+v:\n%s", code, sum, stderr)
+		}
+		framework.CheckFiles(t, "files of a sandbox the left-over does not list", files, false)
 	})
 }
 

@@ -127,6 +127,25 @@ type Kubelet struct {
 // process, or Kill, which the test's cleanup calls.
 func StartKubelet(t testing.TB, args ...string) *Kubelet {
 	t.Helper()
+	return startKubelet(t, nil, args)
+}
+
+// StartContainedKubelet starts a fake kubelet as StartKubelet does, but in
+// a mount namespace of its own, as a kubelet in a container runs (kind, k3d,
+// minikube): in it, each directory binds names (a key) shows the content of
+// another (its value), so that a path on its command line means another
+// file to it than to the test. Its mount namespace is a slave of the test's.
+func StartContainedKubelet(t testing.TB, binds map[string]string, args ...string) *Kubelet {
+	t.Helper()
+	if len(binds) == 0 {
+		t.Fatal("StartContainedKubelet: no binds")
+	}
+	return startKubelet(t, binds, args)
+}
+
+func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet {
+	t.Helper()
+	framework.LockKubelets(t)
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +161,17 @@ func StartKubelet(t testing.TB, args ...string) *Kubelet {
 	// read returns at end of input: when the test process dies, or Kill
 	// closes the pipe.
 	cmd := exec.Command(path, append([]string{"-c", "read -r _ || :", "kubelet"}, args...)...)
+	if len(binds) > 0 {
+		// unshare and sh exec into the kubelet: its PID is cmd's.
+		unshare, mount := lookPath(t, "unshare"), lookPath(t, "mount")
+		script := `set -e; m=$1; shift; while [ "$1" != -- ]; do "$m" --bind "$1" "$2"; shift 2; done; shift; exec "$@"`
+		wrap := []string{"unshare", "--mount", "--propagation", "slave", "--", sh, "-c", script, "sh", mount}
+		for dst, src := range binds {
+			wrap = append(wrap, src, dst)
+		}
+		wrap = append(wrap, "--", cmd.Path)
+		cmd.Path, cmd.Args = unshare, append(wrap, cmd.Args[1:]...)
+	}
 	// The pipe stays open until Wait closes it.
 	if _, err := cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -158,13 +188,18 @@ func StartKubelet(t testing.TB, args ...string) *Kubelet {
 	t.Cleanup(k.Kill)
 	// Start returns once the kernel has committed to the new program, which
 	// is before it has set up the program's arguments: until then cmdline
-	// reads empty.
-	cmdline := fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)
-	if !framework.Poll(5*time.Second, time.Millisecond, func() bool {
-		data, err := os.ReadFile(cmdline)
+	// reads empty. A contained kubelet is unshare's and sh's process until
+	// they exec into it.
+	proc := fmt.Sprintf("/proc/%d/", cmd.Process.Pid)
+	if !framework.Poll(10*time.Second, time.Millisecond, func() bool {
+		comm, err := os.ReadFile(proc + "comm")
+		if err != nil || string(comm) != "kubelet\n" {
+			return false
+		}
+		data, err := os.ReadFile(proc + "cmdline")
 		return err == nil && len(data) > 0
 	}) {
-		t.Fatalf("fake kubelet: %s still empty", cmdline)
+		t.Fatalf("fake kubelet: %s is no kubelet with a command line yet", proc)
 	}
 	return k
 }

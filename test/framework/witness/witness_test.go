@@ -100,6 +100,30 @@ func TestStartKubelet(t *testing.T) {
 	k.Kill()
 }
 
+// TestStartContainedKubelet: the kubelet's own root shows the bound
+// directory's content at the path, the test's does not, and its PID is
+// the kubelet's.
+func TestStartContainedKubelet(t *testing.T) {
+	outer, inner := t.TempDir(), t.TempDir()
+	for dir, content := range map[string]string{outer: "outer", inner: "inner"} {
+		if err := os.WriteFile(filepath.Join(dir, "cri.sock"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := witness.StartContainedKubelet(t, map[string]string{outer: inner}, "--container-runtime-endpoint=unix://"+outer+"/cri.sock")
+	proc := "/proc/" + strconv.Itoa(k.Pid())
+	if comm, err := os.ReadFile(proc + "/comm"); err != nil || string(comm) != "kubelet\n" {
+		t.Fatalf("comm = %q, %v; want kubelet", comm, err)
+	}
+	if got, err := os.ReadFile(proc + "/root" + outer + "/cri.sock"); err != nil || string(got) != "inner" {
+		t.Errorf("in the kubelet's root: %q, %v; want the bound directory's", got, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(outer, "cri.sock")); err != nil || string(got) != "outer" {
+		t.Errorf("in the test's: %q, %v; want its own", got, err)
+	}
+	k.Kill()
+}
+
 // TestKubeletConfig checks that the file says what a kubelet would read.
 func TestKubeletConfig(t *testing.T) {
 	const endpoint = "unix:///run/containerd/containerd.sock"
