@@ -107,9 +107,9 @@ func newDeletedQueue() *deletedQueue {
 	return &deletedQueue{items: map[string]*deletedPod{}, wake: make(chan struct{}, 1)}
 }
 
-// add queues a pod, unless the queue is full; a pod already queued stays
-// as it is.
-func (q *deletedQueue) add(ref prune.PodRef, now time.Time, grace time.Duration) bool {
+// add queues a pod seen to go at now, due at due, unless the queue is full;
+// a pod already queued stays as it is.
+func (q *deletedQueue) add(ref prune.PodRef, now, due time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, ok := q.items[ref.UID]; ok {
@@ -118,7 +118,7 @@ func (q *deletedQueue) add(ref prune.PodRef, now time.Time, grace time.Duration)
 	if len(q.items) >= maxDeletedQueue {
 		return false
 	}
-	q.items[ref.UID] = &deletedPod{ref: ref, seen: now, due: now.Add(grace)}
+	q.items[ref.UID] = &deletedPod{ref: ref, seen: now, due: due}
 	q.signal()
 	return true
 }
@@ -176,8 +176,11 @@ func (q *deletedQueue) len() int {
 	return len(q.items)
 }
 
-// podDeleted is the view's news of a pod that left it. It never blocks.
-func (d *Daemon) podDeleted(ref prune.PodRef) {
+// podDeleted is the view's news of a pod that left it, which its kubelet
+// may still run until runsUntil (a force-deleted pod, to the end of its
+// grace): its check is due one grace after the later of the two, so that
+// nothing of a pod is checked while it may still run. It never blocks.
+func (d *Daemon) podDeleted(ref prune.PodRef, runsUntil time.Time) {
 	if ref.MirrorUID != "" {
 		// A mirror pod's deletion says nothing of its static pod, which
 		// the kubelet runs from its manifest (and makes a mirror for
@@ -185,7 +188,12 @@ func (d *Daemon) podDeleted(ref prune.PodRef) {
 		d.metrics.deleted.WithLabelValues(deletedStatic).Inc()
 		return
 	}
-	if !d.deletedQueue.add(ref, time.Now(), d.cfg.DeletedPodGrace) {
+	now := time.Now()
+	if runsUntil.After(now) {
+		d.log.Debug("deleted pod may still run: its check waits for the end of its grace",
+			"pod", ref.Namespace+"/"+ref.Name, "pod_uid", ref.UID, "seconds_left", runsUntil.Sub(now).Seconds())
+	}
+	if !d.deletedQueue.add(ref, now, maxTime(now, runsUntil).Add(d.cfg.DeletedPodGrace)) {
 		d.metrics.deleted.WithLabelValues(deletedDropped).Inc()
 		d.log.Debug("deleted pod not queued for its check: the queue is full; the scheduled run prunes its files",
 			"pod", ref.Namespace+"/"+ref.Name, "pod_uid", ref.UID)

@@ -17,7 +17,7 @@ func TestDeletedQueue(t *testing.T) {
 	ref := func(i int) prune.PodRef {
 		return prune.PodRef{Namespace: "ns", Name: fmt.Sprint("p", i), UID: fmt.Sprint("uid-", i)}
 	}
-	if !q.add(ref(0), now, time.Minute) || !q.add(ref(0), now.Add(time.Second), time.Minute) || q.len() != 1 {
+	if !q.add(ref(0), now, now.Add(time.Minute)) || !q.add(ref(0), now.Add(time.Second), now.Add(time.Second+time.Minute)) || q.len() != 1 {
 		t.Fatalf("a pod queued twice: %d queued", q.len())
 	}
 	if due, ok := q.next(); !ok || !due.Equal(now.Add(time.Minute)) {
@@ -27,11 +27,11 @@ func TestDeletedQueue(t *testing.T) {
 		t.Fatalf("took %d before the grace", len(b))
 	}
 	for i := 1; i < maxDeletedQueue; i++ {
-		if !q.add(ref(i), now.Add(time.Duration(i)*time.Millisecond), time.Minute) {
+		if !q.add(ref(i), now, now.Add(time.Minute+time.Duration(i)*time.Millisecond)) {
 			t.Fatalf("queue full at %d", i)
 		}
 	}
-	if q.add(ref(maxDeletedQueue), now, time.Minute) {
+	if q.add(ref(maxDeletedQueue), now, now.Add(time.Minute)) {
 		t.Fatal("the queue grew past its bound")
 	}
 	b := q.take(now.Add(2 * time.Minute))

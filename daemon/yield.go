@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
@@ -71,12 +71,15 @@ func (g *startGate) Wait(ctx context.Context) error {
 // PodStartGate returns the gate of the daemon's CNI DELs
 // (Config.CNIDelYield) for a drain run outside a daemon: closed for window
 // after each pod bound to node arrives in a view of the node's pods that
-// it keeps with client until ctx ends. Pods of its first list do not
+// it keeps with the API server at rc until ctx ends. Pods of its first list do not
 // close it.
-func PodStartGate(ctx context.Context, client metadata.Interface, node string, window time.Duration) prune.Gate {
-	v := liveness.NewPodView(client, node)
+func PodStartGate(ctx context.Context, rc *rest.Config, node string, window time.Duration) (prune.Gate, error) {
+	v, err := liveness.NewPodView(rc, node)
+	if err != nil {
+		return nil, err
+	}
 	g := newStartGate(window)
 	v.OnArrival(g.podBound)
 	go v.Run(ctx)
-	return g
+	return g, nil
 }

@@ -110,6 +110,14 @@ func (s *freshStore) Add(obj any) error {
 func (s *freshStore) Update(obj any) error { return s.Store.Update(s.transform(obj)) }
 
 func (s *freshStore) Delete(obj any) error {
+	// The deleted object is the watch's last state of it: what the view's
+	// memory of terminations learns from, as from any other.
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		d.Obj = s.transform(d.Obj)
+		obj = d
+	} else {
+		obj = s.transform(obj)
+	}
 	if err := s.Store.Delete(obj); err != nil {
 		return err
 	}

@@ -156,12 +156,13 @@ func (v *Views) buildPods() error {
 	if c.NodeName == "" {
 		return errors.New("the view of a node's pods needs the node's name")
 	}
-	if v.client == nil || v.dynamic == nil {
+	var rc *rest.Config
+	if v.client == nil || v.dynamic == nil || v.follow {
 		if c.RESTConfig == nil {
 			return errors.New("no kubernetes access: no client configuration")
 		}
-		rc, err := c.RESTConfig()
-		if err != nil {
+		var err error
+		if rc, err = c.RESTConfig(); err != nil {
 			return fmt.Errorf("no kubernetes access: %w", err)
 		}
 		if v.client == nil {
@@ -177,7 +178,13 @@ func (v *Views) buildPods() error {
 	}
 	boot := &bootWitness{node: c.NodeName, bootIDFile: c.BootIDFile}
 	if v.follow {
-		v.pods = NewPodView(v.client, c.NodeName)
+		var err error
+		if v.pods, err = NewPodView(rc, c.NodeName); err != nil {
+			return err
+		}
+		// With both views, a pod that may still run has its sandbox
+		// listed: the runtime decides, from its own list.
+		v.pods.runtimeDecides = c.Mode.Runtime()
 		v.nodeWatch = newNodeWatcher(v.dynamic, c.NodeName, c.SyncTimeout)
 		boot.nodes = v.nodeWatch
 		v.podSource = v.pods.source(c.SyncTimeout)

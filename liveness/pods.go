@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sweep-k8s/sweep/prune"
@@ -40,33 +40,43 @@ type PodView struct {
 	mirrorsMu sync.Mutex
 	mirrors   map[string]struct{} // static pod UIDs that mirror pods have named
 
+	// terms keeps the pods that left the view but may still run: the
+	// view answers for them until their kubelet has stopped them, unless
+	// runtimeDecides: then the runtime's list of sandboxes, which a prune
+	// asks too, is the witness of a pod that still runs.
+	terms          *terminations
+	runtimeDecides bool
+
 	// arrived, when set before Run (OnArrival), is called for each pod
 	// that arrives in the view after its first list: a pod just bound to
 	// the node, or bound while the watch was down.
 	arrived func()
 	// deleted, when set before Run (OnDeletion), is told of each pod that
 	// leaves the view after its first list.
-	deleted func(prune.PodRef)
+	deleted func(prune.PodRef, time.Time)
 }
 
 // maxMirrors bounds the memory of mirror pods: a node runs a handful of
 // static pods, and each edit of a manifest gives one more UID.
 const maxMirrors = 10000
 
-// NewPodView makes the view of node's pods, which follows the API server
-// once Run runs.
-func NewPodView(client metadata.Interface, node string) *PodView {
-	v := &PodView{freshness: newFreshness(errNotListed), mirrors: map[string]struct{}{}}
+// NewPodView makes the view of node's pods, of the API server that rc
+// reaches, which follows it once Run runs.
+func NewPodView(rc *rest.Config, node string) (*PodView, error) {
+	pods, err := newPodsClient(rc)
+	if err != nil {
+		return nil, err
+	}
+	v := &PodView{freshness: newFreshness(errNotListed), mirrors: map[string]struct{}{}, terms: newTerminations()}
 	selector := NodeSelector(node)
-	pods := client.Resource(podsResource)
 	lw := v.listWatch(
 		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
-			return pods.List(ctx, opts)
+			return pods.list(ctx, opts)
 		},
 		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
-			return pods.Watch(ctx, opts)
+			return pods.watch(ctx, opts)
 		})
 	v.store = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{
 		uidIndex: func(obj any) ([]string, error) {
@@ -78,29 +88,44 @@ func NewPodView(client metadata.Interface, node string) *PodView {
 		},
 	})
 	store := &freshStore{Store: v.store, f: v.freshness, transform: func(obj any) any {
+		if p, ok := obj.(*viewPod); ok {
+			v.terms.observe(p)
+		}
+		obj = slim(obj)
 		v.noteMirror(obj)
-		return slim(obj)
+		return obj
 	}, added: func(any) {
 		if v.arrived != nil {
 			v.arrived()
 		}
 	}, deleted: func(obj any) {
+		ref, ok := podRef(obj)
+		if !ok {
+			return
+		}
+		runsUntil := v.terms.gone(ref.UID, ref.Namespace+"/"+ref.Name)
+		if v.runtimeDecides {
+			runsUntil = time.Time{}
+		}
 		if v.deleted != nil {
-			if ref, ok := podRef(obj); ok {
-				v.deleted(ref)
-			}
+			v.deleted(ref, runsUntil)
 		}
 	}}
-	v.reflector = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store,
+	v.reflector = cache.NewReflectorWithOptions(lw, &viewPod{}, store,
 		cache.ReflectorOptions{Name: "sweep-node-pods"})
-	return v
+	return v, nil
 }
 
 // slim keeps identity only: labels, most annotations and managed fields
 // would multiply the memory per pod for nothing.
 func slim(obj any) any {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
+	var m *metav1.PartialObjectMetadata
+	switch o := obj.(type) {
+	case *viewPod:
+		m = &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: o.ObjectMeta}
+	case *metav1.PartialObjectMetadata:
+		m = o
+	default:
 		return obj
 	}
 	s := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
@@ -149,8 +174,10 @@ func podRef(obj any) (prune.PodRef, bool) {
 // OnDeletion has f called for each pod that leaves the view after its
 // first list: deleted (the watch), or gone from a later list (deleted
 // while the watch was down, or made again under its name with another
-// UID). It must be set before Run; f must not block.
-func (v *PodView) OnDeletion(f func(prune.PodRef)) { v.deleted = f }
+// UID), with the time until which its kubelet may still run it (see
+// terminations); the view answers HasUID and HasName for it until then.
+// It must be set before Run; f must not block.
+func (v *PodView) OnDeletion(f func(ref prune.PodRef, runsUntil time.Time)) { v.deleted = f }
 
 // OnArrival has f called for each pod that arrives in the view after its
 // first list; it must be set before Run.
@@ -180,17 +207,24 @@ type podSourceFunc func(ctx context.Context) (prune.PodIndex, bool, error)
 // Pods implements prune.PodSource.
 func (f podSourceFunc) Pods(ctx context.Context) (prune.PodIndex, bool, error) { return f(ctx) }
 
-// HasUID implements prune.PodIndex. A mirror pod answers for the UID of its
-// static pod too.
+// HasUID implements prune.PodIndex: the pod is in the view, or left it
+// and its kubelet may still run it (OnDeletion). A mirror pod answers for
+// the UID of its static pod too.
 func (v *PodView) HasUID(uid string) bool {
+	return v.InView(uid) || !v.runtimeDecides && v.terms.runs(uid)
+}
+
+// InView reports whether the view holds a pod of that UID now.
+func (v *PodView) InView(uid string) bool {
 	objs, err := v.store.ByIndex(uidIndex, uid)
 	return err == nil && len(objs) > 0
 }
 
-// HasName implements prune.PodIndex.
+// HasName implements prune.PodIndex, as HasUID does.
 func (v *PodView) HasName(namespace, name string) bool {
-	_, ok, err := v.store.GetByKey(namespace + "/" + name)
-	return err == nil && ok
+	key := namespace + "/" + name
+	_, ok, err := v.store.GetByKey(key)
+	return err == nil && ok || !v.runtimeDecides && v.terms.runsName(key)
 }
 
 // Len returns the number of pods in the view.
@@ -258,7 +292,7 @@ func (w *selfPodWitness) Prove(_ context.Context, ev Evidence) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.idx = nil
-	if !ev.Pods.HasUID(w.uid) {
+	if !inView(ev.Pods, w.uid) {
 		return unproven(ErrNodeUnproven, "this daemon's own pod (UID %s) is not among the pods of node %q", w.uid, w.node)
 	}
 	w.idx = ev.Pods
@@ -269,5 +303,14 @@ func (w *selfPodWitness) Prove(_ context.Context, ev Evidence) error {
 func (w *selfPodWitness) Holds() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.idx != nil && w.idx.HasUID(w.uid)
+	return w.idx != nil && inView(w.idx, w.uid)
+}
+
+// inView reports whether idx holds the pod uid now: not one that left it
+// and may still run, which says nothing of the view being this node's.
+func inView(idx prune.PodIndex, uid string) bool {
+	if v, ok := idx.(interface{ InView(string) bool }); ok {
+		return v.InView(uid)
+	}
+	return idx.HasUID(uid)
 }

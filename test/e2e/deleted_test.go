@@ -205,3 +205,98 @@ func createMirrorPod(t *testing.T, cs kubernetes.Interface, name, node string) s
 	}
 	return name
 }
+
+// TestForceDeletedPodStillRunning (issue 45, part 2): with the pods' view
+// alone (--liveness=api, the chart's default), a pod that left the API
+// server is not taken for a stopped one while its kubelet may still run it:
+// one force-deleted while already terminating with a long grace (what
+// operators do to a pod "stuck in Terminating"; the kubelet keeps the first
+// grace, kubernetes#113712), and one force-deleted outright (kubelets give
+// it its spec's grace, kubernetes#115819). Neither the check of deleted
+// pods nor a scheduled run removes their files before that grace has run
+// out; after it, both do.
+func TestForceDeletedPodStillRunning(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	ensureServiceAccount(t, cs, "default")
+	ensureServiceAccount(t, cs, "kube-system")
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	create := func(name string, grace int64) []string {
+		t.Helper()
+		ensureNode(t, cs, "node-a")
+		p, err := cs.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: "node-a", TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: string(p.UID)}, old)
+	}
+	del := func(name string, grace int64) {
+		t.Helper()
+		if err := cs.CoreV1().Pods("default").Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// kept checks, once a second for d, that every file stays, and then
+	// awaits their removal.
+	keptThenGone := func(t *testing.T, what string, d, deadline time.Duration, files []string) {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < d {
+			for _, f := range files {
+				if !framework.Exists(f) {
+					t.Fatalf("%s: %s removed %s after the deletion, before the end of its grace", what, f, time.Since(start).Round(time.Second))
+				}
+			}
+			time.Sleep(time.Second)
+		}
+		framework.Eventually(t, deadline, what+": files removed after its grace", func() bool {
+			for _, f := range files {
+				if framework.Exists(f) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	base := []string{"--liveness=api", "--node-name=node-a", "--multus-dir=" + dir, "--min-age=5m", "--allow-short-intervals"}
+
+	t.Run("the check of deleted pods", func(t *testing.T) {
+		draining, outright := create("draining", 0), create("outright", 40)
+		d := startDaemon(t, cp.Kubeconfig, append(base, "--schedule=@every 1h", "--prune-on-start=false", "--deleted-pod-grace=1s")...)
+		framework.Eventually(t, 60*time.Second, "the daemon ready", func() bool {
+			code, _ := d.get("/readyz")
+			return code == 200
+		})
+		del("draining", 45) // terminating, with a grace longer than its spec's
+		time.Sleep(2 * time.Second)
+		del("draining", 0)
+		del("outright", 0)
+		checks := d.metric(t, "sweep_deleted_pod_checks_total")
+		keptThenGone(t, "pods force-deleted that may still run", 30*time.Second, 60*time.Second, append(draining, outright...))
+		if d.metric(t, "sweep_deleted_pod_checks_total") == checks {
+			t.Error("removed, but by no check of deleted pods")
+		}
+		if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
+			t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
+		}
+	})
+
+	t.Run("a scheduled run", func(t *testing.T) {
+		draining := create("draining-2", 0)
+		d := startDaemon(t, cp.Kubeconfig, append(base, "--schedule=@every 2s", "--deleted-pod-grace=0s")...)
+		d.waitMetric(t, "sweep_prune_runs_total", 1)
+		del("draining-2", 30)
+		time.Sleep(time.Second)
+		del("draining-2", 0)
+		runs := d.metric(t, "sweep_prune_runs_total")
+		keptThenGone(t, "a pod force-deleted while terminating", 20*time.Second, 40*time.Second, draining)
+		if d.metric(t, "sweep_prune_runs_total") < runs+5 {
+			t.Error("too few scheduled runs while the pod could still run: the test proves nothing")
+		}
+	})
+}

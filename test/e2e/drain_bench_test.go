@@ -19,7 +19,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/metadata"
 
 	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/daemon"
@@ -415,10 +414,6 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 	// a day. The drain's backlog is in a range (an IPPool) of its own, the
 	// new pods' in another: Whereabouts' Lease is one for every range, and
 	// the ADDs of a pool that stays small keep their speed.
-	mc, err := metadata.NewForConfig(cp.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
 	ensureServiceAccount(b, cs, "default")
 	const (
 		node    = "wb-bench-node"
@@ -466,7 +461,10 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 					backlog(newNet(), multus, 6*stale)
 					var gate prune.Gate
 					if mode.yield {
-						gate = daemon.PodStartGate(ctx, mc, node, window)
+						var err error
+						if gate, err = daemon.PodStartGate(ctx, cp.Config, node, window); err != nil {
+							b.Fatal(err)
+						}
 					}
 					wg.Go(func() {
 						start := time.Now()
