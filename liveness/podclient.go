@@ -30,7 +30,7 @@ type viewPodSpec struct {
 // DeepCopyObject implements runtime.Object.
 func (p *viewPod) DeepCopyObject() runtime.Object {
 	c := &viewPod{TypeMeta: p.TypeMeta}
-	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	p.DeepCopyInto(&c.ObjectMeta)
 	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
 		v := *g
 		c.Spec.TerminationGracePeriodSeconds = &v
@@ -48,7 +48,7 @@ type viewPodList struct {
 // DeepCopyObject implements runtime.Object.
 func (l *viewPodList) DeepCopyObject() runtime.Object {
 	c := &viewPodList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	l.DeepCopyInto(&c.ListMeta)
 	c.Items = make([]viewPod, len(l.Items))
 	for i := range l.Items {
 		c.Items[i] = *l.Items[i].DeepCopyObject().(*viewPod)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"os"
@@ -107,5 +108,86 @@ func convertJSON(t *testing.T, in, out any) {
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		t.Fatalf("%v: %s", err, data)
+	}
+}
+
+// TestCIWorkflow: every push and pull request runs the README's commands,
+// make unit and make lint in one job and make test as root in another,
+// with read-only rights, and the tools cache keyed by the tools' versions
+// (their go.mod files and the script that builds them) at the path the
+// tests' build-tools.sh uses.
+func TestCIWorkflow(t *testing.T) {
+	data, err := os.ReadFile("../../.github/workflows/ci.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf map[string]any
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	on := wf["on"]
+	if on == nil {
+		on = wf["true"]
+	}
+	trigger, _ := on.(map[string]any)
+	if _, ok := trigger["push"]; !ok || len(trigger) != 2 {
+		t.Errorf("on: %v, want every push and pull request", on)
+	}
+	if _, ok := trigger["pull_request"]; !ok {
+		t.Errorf("on: %v, want every pull request", on)
+	}
+	var perms map[string]string
+	convertJSON(t, wf["permissions"], &perms)
+	if len(perms) != 1 || perms["contents"] != "read" {
+		t.Errorf("permissions %v, want contents: read alone", perms)
+	}
+	var jobs map[string]struct {
+		Permissions map[string]string `json:"permissions"`
+		Env         map[string]string `json:"env"`
+		Steps       []struct {
+			Uses string         `json:"uses"`
+			Run  string         `json:"run"`
+			With map[string]any `json:"with"`
+		} `json:"steps"`
+	}
+	convertJSON(t, wf["jobs"], &jobs)
+	var runs []string
+	for name, job := range jobs {
+		if job.Permissions != nil {
+			t.Errorf("job %s sets its own permissions %v", name, job.Permissions)
+		}
+		cached := false
+		for _, s := range job.Steps {
+			if s.Run != "" {
+				runs = append(runs, strings.TrimSpace(s.Run))
+			}
+			if strings.HasPrefix(s.Uses, "actions/cache@") {
+				cached = true
+				key, _ := s.With["key"].(string)
+				if !strings.Contains(key, "hashFiles('hack/tools/*/go.mod', 'hack/build-tools.sh')") {
+					t.Errorf("job %s: cache key %q, want the tools' versions", name, key)
+				}
+				path, _ := s.With["path"].(string)
+				if want := cmp.Or(job.Env["SWEEP_TOOLS_DIR"], "~/.cache/sweep/tools"); path != want {
+					t.Errorf("job %s: caches %q, want %s, where build-tools.sh builds", name, path, want)
+				}
+			}
+		}
+		if !cached {
+			t.Errorf("job %s caches no tools", name)
+		}
+	}
+	slices.Sort(runs)
+	if want := []string{"make lint", "make unit", `sudo -E env "PATH=$PATH" make test`}; !slices.Equal(runs, want) {
+		t.Errorf("the workflow runs %q, want %q", runs, want)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"make test", "make demo"} {
+		if !strings.Contains(string(readme), "\n    "+cmd) {
+			t.Errorf("the README shows no command line %q", cmd)
+		}
 	}
 }
