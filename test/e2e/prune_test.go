@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
@@ -38,10 +39,25 @@ func predateViews() { time.Sleep(100 * time.Millisecond) }
 // files written so far predate the views cmd may take (predateViews).
 func runCmd(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 	t.Helper()
+	return runCmdUp(t, cmd, 0)
+}
+
+// runCmdUp is runCmd on a machine up for up (framework.StartUp), or on
+// this one for 0.
+func runCmdUp(t testing.TB, cmd *exec.Cmd, up time.Duration) (stdout, stderr string, code int) {
+	t.Helper()
 	predateViews()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	var err error
+	if up > 0 {
+		err = framework.StartUp(cmd, up)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
