@@ -79,10 +79,10 @@ release-verify:
 
 # Regenerate the flag reference, docs/reference/flags.md, from the commands'
 # --help, and the chart's README from its values.yaml with helm-docs;
-# test/e2e/docs_test.go and test/e2e/chart_test.go fail while either is stale.
+# test/docs/docs_test.go and test/chart/chart_test.go fail while either is stale.
 docs:
 	hack/build-tools.sh helm-docs
-	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/e2e/
+	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/docs/ ./test/chart/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics. It builds only what it runs:
