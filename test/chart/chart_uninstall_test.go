@@ -12,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/chartrender"
@@ -45,23 +42,6 @@ uninstall:
     - {group: apiextensions.k8s.io, version: v1, resource: customresourcedefinitions, name: widgets.example.com, mustDelete: true}
     - {group: "", version: v1, resource: configmaps, name: multus-leftover, namespace: kube-system}
 `
-
-// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
-// ServiceAccount ns/name, with a token from the TokenRequest API.
-func serviceAccountKubeconfig(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, name string) string {
-	t.Helper()
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tok.Status.Token
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 	t.Helper()
@@ -172,7 +152,7 @@ metadata: {name: bystander, namespace: kube-system}
 	args = append(args, "--allowed-root="+filepath.Join(root, "host"), "--node-name=node-a")
 	t.Setenv("POD_NAME", "sweep-e2e-abcde")
 	t.Setenv("POD_NAMESPACE", chartrender.Namespace)
-	daemonKC := serviceAccountKubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e")
+	daemonKC := kubeobj.Kubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e")
 	var proxy *eagerproxy.Proxy
 	if eager {
 		obj := func(gvr schema.GroupVersionResource, ns, name string) eagerproxy.Object {
@@ -211,7 +191,7 @@ metadata: {name: bystander, namespace: kube-system}
 		}
 		hookArgs = append(hookArgs, a)
 	}
-	hookArgs = append(hookArgs, "--kubeconfig="+serviceAccountKubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e-uninstall"))
+	hookArgs = append(hookArgs, "--kubeconfig="+kubeobj.Kubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e-uninstall"))
 	hook := exec.Command(testbin.Build(t, "./cmd/sweepd"), hookArgs...)
 	var hookOut strings.Builder
 	hook.Stdout, hook.Stderr = &hookOut, &hookOut

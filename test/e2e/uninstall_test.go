@@ -17,13 +17,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/test/framework"
@@ -97,24 +95,6 @@ func noErr(t *testing.T) func(any, error) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// tokenKubeconfig writes a kubeconfig that authenticates as a ServiceAccount.
-func tokenKubeconfig(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, sa string) string {
-	t.Helper()
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tok.Status.Token
-	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
-	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // installRelease creates what the chart installs for the uninstall cleanup,
@@ -215,8 +195,8 @@ func installRelease(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 		noErr(t)(nil, os.MkdirAll(e.configDir, 0o755))
 		r.nodes[n] = e
 	}
-	r.daemonKC = tokenKubeconfig(t, cp, cs, ns, name)
-	r.uninstallKC = tokenKubeconfig(t, cp, cs, ns, name+"-uninstall")
+	r.daemonKC = kubeobj.Kubeconfig(t, cp, cs, ns, name)
+	r.uninstallKC = kubeobj.Kubeconfig(t, cp, cs, ns, name+"-uninstall")
 	return r
 }
 

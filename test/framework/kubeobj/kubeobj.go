@@ -1,10 +1,12 @@
 // Package kubeobj creates the API objects that tests against a real control
 // plane (test/framework/controlplane) set up around sweepd: a registered
-// Node, a pod bound to it, a ServiceAccount and its token, and names the
+// Node, a pod bound to it, a ServiceAccount, its token and a kubeconfig
+// with it, and names the
 // resources the tests handle through the dynamic client.
 package kubeobj
 
 import (
+	"path/filepath"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
@@ -81,6 +84,20 @@ func EnsureServiceAccount(t testing.TB, cs kubernetes.Interface, ns string) {
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Kubeconfig writes a kubeconfig for cp that authenticates as the
+// ServiceAccount ns/name, with a token from the TokenRequest API (valid for
+// an hour, the API server's default), and returns its path.
+func Kubeconfig(t testing.TB, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(cp.Config)
+	cfg.BearerToken = Token(t, cs, ns, name, nil)
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // Token returns a token of the ServiceAccount ns/name, bound to an object
