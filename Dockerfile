@@ -10,7 +10,7 @@
 # REVISION is sweep_build_info's revision: .git is not in the build context
 # (.dockerignore), so the go command cannot record it.
 #
-# test/e2e/dockerfile_test.go runs this file's build command and checks /cleanup.
+# test/release/dockerfile_test.go runs this file's build command and checks /cleanup.
 
 ARG GO_VERSION=1.26
 

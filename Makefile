@@ -10,7 +10,8 @@ LDFLAGS  := -s -w -X github.com/sweep-k8s/sweep/internal/version.version=$(VERSI
 # cores needs more than go test's default ten minutes per package.
 TESTFLAGS ?= -race -timeout 45m
 
-.PHONY: all build kube deps test unit vet lint demo clean docs release release-publish release-verify
+.PHONY: all build kube deps test unit vet lint demo clean docs release release-publish release-verify \
+	test-e2e test-node test-chart test-release test-docs
 
 all: build
 
@@ -42,6 +43,38 @@ deps:
 test: deps kube vet lint
 	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -vx '$(HOSTCLOCK_PKG)')
 	$(GO) test $(TESTFLAGS) $(HOSTCLOCK_PKG)
+
+# One test package each (docs/development.md), building only the tools its
+# tests run (hack/build-tools.sh test-PKG); make test runs them all, and the
+# rest.
+# sweepd against a control plane, and the harness's own tests; the hostclock
+# package alone and last, as in make test.
+test-e2e: deps
+	hack/build-tools.sh test-e2e
+	$(GO) test $(TESTFLAGS) $$($(GO) list ./test/e2e/... ./test/framework/... | grep -vx '$(HOSTCLOCK_PKG)')
+	$(GO) test $(TESTFLAGS) $(HOSTCLOCK_PKG)
+
+# sweep on a real node (root): containerd, runc, the kubelet.
+test-node: deps
+	hack/build-tools.sh test-node
+	$(GO) test $(TESTFLAGS) ./test/node/...
+
+# The chart: helm lint and template, its values, its admission by the API
+# server, its uninstall, promtool's rules tests, the dashboard.
+test-chart: deps
+	hack/build-tools.sh test-chart
+	$(GO) test $(TESTFLAGS) ./test/chart/...
+
+# The release: archives, SBOMs, the image, publishing to a registry,
+# signatures, the Dockerfile and the workflows.
+test-release:
+	hack/build-tools.sh test-release
+	$(GO) test $(TESTFLAGS) ./test/release/...
+
+# The docs' checks: the flag reference, links and anchors, examples and
+# reasons in step with the code. No tool.
+test-docs:
+	$(GO) test $(TESTFLAGS) ./test/docs/...
 
 # Every test that needs no control plane or other harness binary (make kube),
 # for the edit-test loop: under two minutes on a warm build cache. It is every
@@ -79,10 +112,10 @@ release-verify:
 
 # Regenerate the flag reference, docs/reference/flags.md, from the commands'
 # --help, and the chart's README from its values.yaml with helm-docs;
-# test/e2e/docs_test.go and test/e2e/chart_test.go fail while either is stale.
+# test/docs/docs_test.go and test/chart/chart_test.go fail while either is stale.
 docs:
 	hack/build-tools.sh helm-docs
-	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/e2e/
+	SWEEP_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestFlagReference|TestChartREADME)$$' ./test/docs/ ./test/chart/
 
 # A newcomer's tour without a cluster: local control plane, a node's multus
 # cache, the daemon pruning it, its metrics. It builds only what it runs:

@@ -7,7 +7,8 @@
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all]   (default: all)
+#        (test-PKG: what the tests of test/PKG run, for make test-PKG)
 #        hack/build-tools.sh path TOOL   prints where TOOL's binary is (built or not)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
 set -euo pipefail
@@ -62,8 +63,12 @@ kube_cmds() {
 kube() {
 	# kubelet and kube-scheduler make the real node of test/node.
 	kube_cmds kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet
-	# The kubelet's AtomicWriter as a command, for tests of code that watches a
-	# mounted ConfigMap.
+	atomicwriter
+}
+
+# The kubelet's AtomicWriter as a command, for tests of code that watches a
+# mounted ConfigMap.
+atomicwriter() {
 	local v
 	v=$(version "$tools/kube" k8s.io/kubernetes)
 	build "$tools/kube" ./atomicwriter "$cache/kube-$v"
@@ -202,10 +207,25 @@ registry) registry ;;
 cosign) cosign ;;
 cyclonedx-gomod) cyclonedx_gomod ;;
 release) helm; cosign; cyclonedx_gomod ;; # what make release and release-publish run
+# What each test package runs (make test-PKG); test/docs runs none.
+# test/e2e and the harness's own tests: the control plane with its
+# controllers, kubectl, the kubelet's AtomicWriter, helm (to render the chart's
+# DaemonSet), the CNI plugins, Whereabouts and multus.
+test-e2e) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; atomicwriter; helm; cni; whereabouts; multus ;;
+# test/chart: the control plane with its controllers, kubectl, helm and
+# helm-docs; no release tool.
+test-chart) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; helm; helm_docs ;;
+# test/release: make release and release-publish's tools, and the registry
+# they publish into.
+test-release) helm; cosign; cyclonedx_gomod; registry ;;
+# test/node: a control plane with the scheduler and a node (kubelet, CNI
+# plugins, containerd v2), helm, and for TestReleaseOnNode the release's tools
+# and registry.
+test-node) etcd; kube; helm; cni; containerd; registry; cosign; cyclonedx_gomod ;;
 path) path "${2:-}" ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
 all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd; registry; cosign; cyclonedx_gomod ;;
-*) echo "usage: $0 [kube|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|all|path TOOL]" >&2; exit 2 ;;
+*) echo "usage: $0 [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all|path TOOL]" >&2; exit 2 ;;
 esac

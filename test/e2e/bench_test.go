@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -42,11 +43,11 @@ func benchNode(b *testing.B) (sweepd string, cp *controlplane.ControlPlane, live
 	sweepd = testbin.Build(b, "./cmd/sweepd")
 	cp = controlplane.Start(b)
 	cs := cp.Clientset(b)
-	ensureServiceAccount(b, cs, "default")
+	kubeobj.EnsureServiceAccount(b, cs, "default")
 	live = make([]multuscache.Pod, 110)
 	for i := range live {
 		name := fmt.Sprintf("live-%d", i)
-		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(b, cs, "default", name, "node-a")}
+		live[i] = multuscache.Pod{Namespace: "default", Name: name, UID: kubeobj.CreatePod(b, cs, "default", name, "node-a")}
 	}
 	return sweepd, cp, live
 }

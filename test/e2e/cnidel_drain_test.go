@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // TestCNIDelDrainAcrossRuns: a backlog too big for one run at the paced
@@ -19,7 +21,7 @@ import (
 // live pod's is not.
 func TestCNIDelDrainAcrossRuns(t *testing.T) {
 	binDir, _, cp, cs := startCNITest(t)
-	liveUID := createPod(t, cs, "default", "live", "node-a")
+	liveUID := kubeobj.CreatePod(t, cs, "default", "live", "node-a")
 
 	dir := t.TempDir()
 	n := newDrainNet(t, dir)
@@ -31,26 +33,26 @@ func TestCNIDelDrainAcrossRuns(t *testing.T) {
 	// 2 DELs a second and a run every 6s that stops starting them 0.6s
 	// before the next: at most about 12 a run, so 30 take three runs or
 	// more.
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--schedule=@every 6s",
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--schedule=@every 6s",
 		"--allow-short-intervals", "--cni-del", "--cni-bin-dir="+binDir, "--cni-del-rate=2", "--cni-del-concurrency=2")
 	framework.Eventually(t, 3*time.Minute, "every stale reservation released", func() bool { return n.reservations(t) == 1 })
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("the live pod's reservation: %v", err)
 	}
 	const succeeded = `sweep_prune_cni_dels_total{result="succeeded"}`
-	d.waitMetric(t, succeeded, stale)
-	d.waitMetric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-deferred"}`, 0)
+	d.WaitMetric(t, succeeded, stale)
+	d.WaitMetric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-deferred"}`, 0)
 	if ents, err := os.ReadDir(filepath.Join(multus, "results")); err != nil || len(ents) != 1 {
 		t.Errorf("results files left: %d (%v), want the live pod's", len(ents), err)
 	}
-	if n := d.metric(t, `sweep_prune_skipped_runs_total{reason="still-running"}`); n != 0 {
+	if n := d.Metric(t, `sweep_prune_skipped_runs_total{reason="still-running"}`); n != 0 {
 		t.Errorf("%v runs skipped as still running: runs overlapped their schedule", n)
 	}
-	if n := d.metric(t, `sweep_prune_cni_dels_total{result="failed"}`); n != 0 {
+	if n := d.Metric(t, `sweep_prune_cni_dels_total{result="failed"}`); n != 0 {
 		t.Errorf("%v failed DELs", n)
 	}
 	// The drain took several runs, each leaving the rest deferred.
-	log, err := os.ReadFile(d.log)
+	log, err := os.ReadFile(d.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestCNIDelDrainAcrossRuns(t *testing.T) {
 // pod is one the daemon learns of by its watch, after its first list.
 func TestCNIDelYieldsToNewPod(t *testing.T) {
 	binDir, _, cp, cs := startCNITest(t)
-	ensureNode(t, cs, "node-a")
+	kubeobj.EnsureNode(t, cs, "node-a")
 
 	dir := t.TempDir()
 	n := newDrainNet(t, dir)
@@ -81,13 +83,13 @@ func TestCNIDelYieldsToNewPod(t *testing.T) {
 	n.fabricate(t, multus, goneUIDs(stale))
 	// 2 DELs a second: 20 s of drain, and a yield of 10 s in its middle.
 	const yield = 10 * time.Second
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--schedule=@every 1h",
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--schedule=@every 1h",
 		"--cni-del", "--cni-bin-dir="+binDir, "--cni-del-rate=2", "--cni-del-concurrency=2", "--cni-del-yield="+yield.String())
 	framework.Eventually(t, time.Minute, "the drain started", func() bool { return n.reservations(t) < stale-2 })
 
 	bound := time.Now()
-	createPod(t, cs, "default", "starting", "node-a")
-	d.waitMetric(t, "sweep_pods", 1)
+	kubeobj.CreatePod(t, cs, "default", "starting", "node-a")
+	d.WaitMetric(t, "sweep_pods", 1)
 	// A DEL that started before the daemon saw the pod may still finish:
 	// give it time, then count what is left.
 	time.Sleep(2 * time.Second)
@@ -104,8 +106,8 @@ func TestCNIDelYieldsToNewPod(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	framework.Eventually(t, 2*time.Minute, "the drain went on to the end", func() bool { return n.reservations(t) == 0 })
-	d.waitMetric(t, `sweep_prune_cni_dels_total{result="succeeded"}`, stale)
-	if held := d.metric(t, "sweep_cni_del_held_seconds_total"); held <= 0 {
+	d.WaitMetric(t, `sweep_prune_cni_dels_total{result="succeeded"}`, stale)
+	if held := d.Metric(t, "sweep_cni_del_held_seconds_total"); held <= 0 {
 		t.Errorf("sweep_cni_del_held_seconds_total %v after a yield, want more than 0", held)
 	}
 }

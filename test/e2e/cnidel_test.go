@@ -20,6 +20,8 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -71,7 +73,7 @@ func startCNITest(t *testing.T) (binDir, sweepd string, cp *controlplane.Control
 	sweepd = testbin.Build(t, "./cmd/sweepd")
 	cp = controlplane.Start(t)
 	cs = cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	return binDir, sweepd, cp, cs
 }
 
@@ -172,7 +174,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 	var pods []*cniPod
 	for _, name := range []string{"live-0", "live-1", "gone-0", "gone-1", "gone-2", "reboot-0", "reboot-1"} {
 		p := &cniPod{name: name, sandbox: randHex(t, 32), netns: "sweep-e2e-" + suffix + "-" + name}
-		p.uid = createPod(t, cs, "default", name, "node-a")
+		p.uid = kubeobj.CreatePod(t, cs, "default", name, "node-a")
 		add(p)
 		pods = append(pods, p)
 	}
@@ -357,11 +359,11 @@ func TestCNIDelEndToEnd(t *testing.T) {
 	t.Run("daemon", func(t *testing.T) {
 		// live-1 dies without DEL while the daemon runs: its next cycle
 		// releases the attachments, counts them, and leaves live-0 alone.
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--min-age=0s",
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--min-age=0s",
 			"--schedule=@every 1s", "--cni-del", "--cni-bin-dir="+binDir)
-		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 		const ok = `sweep_prune_cni_dels_total{result="succeeded"}`
-		if n := d.metric(t, ok); n != 0 {
+		if n := d.Metric(t, ok); n != 0 {
 			t.Fatalf("%s = %v before any pod died", ok, n)
 		}
 		var live0, live1 *cniPod
@@ -374,7 +376,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 			}
 		}
 		deletePod(t, cs, "default", live1.name)
-		framework.Eventually(t, 30*time.Second, "two DELs counted", func() bool { return d.metric(t, ok) == float64(len(nets)) })
+		framework.Eventually(t, 30*time.Second, "two DELs counted", func() bool { return d.Metric(t, ok) == float64(len(nets)) })
 		want := []string{nets[0].name + "-" + live0.sandbox + "-eth0", nets[1].name + "-" + live0.sandbox + "-net1"}
 		sort.Strings(want)
 		if got := results(t); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -393,7 +395,7 @@ func TestCNIDelEndToEnd(t *testing.T) {
 				}
 			}
 		}
-		if n := d.metric(t, `sweep_prune_cni_dels_total{result="failed"}`); n != 0 {
+		if n := d.Metric(t, `sweep_prune_cni_dels_total{result="failed"}`); n != 0 {
 			t.Errorf("%v failed DELs", n)
 		}
 	})

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // BenchmarkMassDeletion (issue 35) measures what the checks of deleted pods
@@ -35,8 +37,8 @@ func BenchmarkMassDeletion(b *testing.B) {
 	const pods = 1000
 	cp := controlplane.Start(b)
 	cs := cp.Clientset(b)
-	ensureServiceAccount(b, cs, "default")
-	ensureNode(b, cs, "node-a")
+	kubeobj.EnsureServiceAccount(b, cs, "default")
+	kubeobj.EnsureNode(b, cs, "node-a")
 	base, err := os.MkdirTemp("/dev/shm", "sweep-mass-")
 	if err != nil {
 		b.Fatal(err)
@@ -58,15 +60,15 @@ func massDeletion(b *testing.B, cs kubernetes.Interface, cp *controlplane.Contro
 		if err := multuscache.Node(dir, pods, live, time.Now().Add(-time.Hour)); err != nil {
 			b.Fatal(err)
 		}
-		d := startDaemon(b, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--min-age=15m",
+		d := sweepdproc.Start(b, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--min-age=15m",
 			"--log-level=info", "--deleted-pod-grace="+grace)
-		framework.Eventually(b, 120*time.Second, "the daemon's first run", func() bool { return d.metric(b, "sweep_prune_runs_total") >= 1 })
-		if got := d.metric(b, "sweep_pods"); got != float64(pods) {
+		framework.Eventually(b, 120*time.Second, "the daemon's first run", func() bool { return d.Metric(b, "sweep_prune_runs_total") >= 1 })
+		if got := d.Metric(b, "sweep_pods"); got != float64(pods) {
 			b.Fatalf("the view holds %v pods, want %d", got, pods)
 		}
-		rssBefore := d.metric(b, "process_resident_memory_bytes")
-		cpuBefore := d.metric(b, "process_cpu_seconds_total")
-		hwmBefore := vmHWM(b, d.cmd.Process.Pid)
+		rssBefore := d.Metric(b, "process_resident_memory_bytes")
+		cpuBefore := d.Metric(b, "process_cpu_seconds_total")
+		hwmBefore := vmHWM(b, d.Cmd.Process.Pid)
 		reqBefore, _ := sweepdAudit(b, cp.AuditLog())
 
 		b.StartTimer()
@@ -75,7 +77,7 @@ func massDeletion(b *testing.B, cs kubernetes.Interface, cp *controlplane.Contro
 			metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
 			b.Fatal(err)
 		}
-		framework.Eventually(b, 60*time.Second, "the view empty", func() bool { return d.metric(b, "sweep_pods") == 0 })
+		framework.Eventually(b, 60*time.Second, "the view empty", func() bool { return d.Metric(b, "sweep_pods") == 0 })
 		if grace != "0s" {
 			framework.Eventually(b, 5*time.Minute, "every deleted pod's files removed", func() bool {
 				ents, err := os.ReadDir(filepath.Join(dir, "results"))
@@ -89,21 +91,21 @@ func massDeletion(b *testing.B, cs kubernetes.Interface, cp *controlplane.Contro
 			// The counters are added to when a check ends, after its
 			// removals.
 			framework.Eventually(b, 30*time.Second, "every pod's outcome counted", func() bool {
-				return d.metric(b, `sweep_deleted_pods_total{outcome="pruned"}`) == float64(pods)
+				return d.Metric(b, `sweep_deleted_pods_total{outcome="pruned"}`) == float64(pods)
 			})
-			b.ReportMetric(d.metric(b, `sweep_deleted_pod_lookups_total{result="gone"}`), "pods-confirmed")
-			b.ReportMetric(d.metric(b, "sweep_deleted_pod_checks_total"), "checks")
-			b.ReportMetric(d.metric(b, "sweep_deleted_pod_files_read_total"), "files-read")
-			b.ReportMetric(d.metric(b, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`), "results-removed")
+			b.ReportMetric(d.Metric(b, `sweep_deleted_pod_lookups_total{result="gone"}`), "pods-confirmed")
+			b.ReportMetric(d.Metric(b, "sweep_deleted_pod_checks_total"), "checks")
+			b.ReportMetric(d.Metric(b, "sweep_deleted_pod_files_read_total"), "files-read")
+			b.ReportMetric(d.Metric(b, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`), "results-removed")
 		}
 		b.StopTimer()
 		reqAfter, _ := sweepdAudit(b, cp.AuditLog())
 		b.ReportMetric(float64(reqAfter-reqBefore), "api-requests")
-		b.ReportMetric(d.metric(b, "process_cpu_seconds_total")-cpuBefore, "cpu-s")
+		b.ReportMetric(d.Metric(b, "process_cpu_seconds_total")-cpuBefore, "cpu-s")
 		b.ReportMetric(rssBefore/(1<<20), "rss-before-MiB")
-		b.ReportMetric(d.metric(b, "process_resident_memory_bytes")/(1<<20), "rss-after-MiB")
+		b.ReportMetric(d.Metric(b, "process_resident_memory_bytes")/(1<<20), "rss-after-MiB")
 		b.ReportMetric(hwmBefore/(1<<20), "peak-rss-before-MiB")
-		b.ReportMetric(vmHWM(b, d.cmd.Process.Pid)/(1<<20), "peak-rss-after-MiB")
+		b.ReportMetric(vmHWM(b, d.Cmd.Process.Pid)/(1<<20), "peak-rss-after-MiB")
 		b.StartTimer()
 	}
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // TestDeletedPodPruned (issue 35): the daemon prunes a deleted pod's files
@@ -40,8 +42,8 @@ import (
 func TestDeletedPodPruned(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
-	ensureServiceAccount(t, cs, "kube-system")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "kube-system")
 	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
@@ -50,7 +52,7 @@ func TestDeletedPodPruned(t *testing.T) {
 		files        []string
 	}
 	mk := func(name string, mtime time.Time) pod {
-		p := pod{uid: createPod(t, cs, "default", name, "node-a"), sandbox: multuscache.NewSandboxID()}
+		p := pod{uid: kubeobj.CreatePod(t, cs, "default", name, "node-a"), sandbox: multuscache.NewSandboxID()}
 		p.files = sandboxFiles(t, dir, p.sandbox, multuscache.Pod{Namespace: "default", Name: name, UID: p.uid}, mtime)
 		return p
 	}
@@ -59,11 +61,11 @@ func TestDeletedPodPruned(t *testing.T) {
 	rt.SetSandboxes(force.sandbox, live.sandbox)
 	mirror := createMirrorPod(t, cs, "kube-proxy-node-a", "node-a")
 
-	d := startDaemon(t, cp.Kubeconfig, "--liveness=both", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=2s", "--node-name=node-a",
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--liveness=both", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=2s", "--node-name=node-a",
 		"--multus-dir="+dir, "--schedule=@every 1h", "--prune-on-start=false", "--min-age=1h", "--deleted-pod-grace=1s",
 		"--allow-short-intervals")
 	framework.Eventually(t, 60*time.Second, "the daemon ready", func() bool {
-		code, _ := d.get("/readyz")
+		code, _ := d.Get("/readyz")
 		return code == 200
 	})
 	del := func(name string) {
@@ -85,8 +87,8 @@ func TestDeletedPodPruned(t *testing.T) {
 
 	del("web")
 	framework.Eventually(t, 30*time.Second, "the deleted pod's files removed", gone(web.files))
-	d.waitMetric(t, `sweep_deleted_pods_total{outcome="pruned"}`, 1)
-	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 1)
+	d.WaitMetric(t, `sweep_deleted_pods_total{outcome="pruned"}`, 1)
+	d.WaitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 1)
 
 	// Ten at once, as a Deployment's scale-down: one check, their deaths
 	// confirmed by one list of the node's pods.
@@ -94,15 +96,15 @@ func TestDeletedPodPruned(t *testing.T) {
 	for i := range 10 {
 		many = append(many, mk(fmt.Sprint("many-", i), old))
 	}
-	checks0 := d.metric(t, "sweep_deleted_pod_checks_total")
+	checks0 := d.Metric(t, "sweep_deleted_pod_checks_total")
 	for i := range many {
 		del(fmt.Sprint("many-", i))
 	}
 	for i, p := range many {
 		framework.Eventually(t, 30*time.Second, fmt.Sprint("many-", i, "'s files removed"), gone(p.files))
 	}
-	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 11)
-	if n := d.metric(t, "sweep_deleted_pod_checks_total") - checks0; n > 2 {
+	d.WaitMetric(t, `sweep_deleted_pod_lookups_total{result="gone"}`, 11)
+	if n := d.Metric(t, "sweep_deleted_pod_checks_total") - checks0; n > 2 {
 		t.Errorf("%v checks for ten pods deleted at once, want one (two if the deletions straddled a window)", n)
 	}
 
@@ -111,31 +113,31 @@ func TestDeletedPodPruned(t *testing.T) {
 	del("sts-0")
 	again := mk("sts-0", old)
 	framework.Eventually(t, 30*time.Second, "the old sts-0's files removed", gone(sts.files))
-	d.waitMetric(t, `sweep_deleted_pod_lookups_total{result="replaced"}`, 1)
+	d.WaitMetric(t, `sweep_deleted_pod_lookups_total{result="replaced"}`, 1)
 
 	// Force-deleted while its sandbox runs: kept, then removed once the
 	// runtime no longer lists the sandbox.
-	checks := d.metric(t, "sweep_deleted_pod_checks_total")
+	checks := d.Metric(t, "sweep_deleted_pod_checks_total")
 	del("force")
 	framework.Eventually(t, 30*time.Second, "the force-deleted pod checked", func() bool {
-		return d.metric(t, "sweep_deleted_pod_checks_total") > checks
+		return d.Metric(t, "sweep_deleted_pod_checks_total") > checks
 	})
 	framework.CheckFiles(t, "force-deleted pod, sandbox running", force.files, true)
 	rt.SetSandboxes(live.sandbox, again.sandbox)
 	framework.Eventually(t, 30*time.Second, "the force-deleted pod's files removed once its sandbox is gone", gone(force.files))
 
 	// Its files were written just now: its ADD may still run.
-	checks = d.metric(t, "sweep_deleted_pod_checks_total")
+	checks = d.Metric(t, "sweep_deleted_pod_checks_total")
 	del("young")
 	framework.Eventually(t, 30*time.Second, "the young pod checked", func() bool {
-		return d.metric(t, "sweep_deleted_pod_checks_total") > checks
+		return d.Metric(t, "sweep_deleted_pod_checks_total") > checks
 	})
 	framework.CheckFiles(t, "a pod deleted just after its ADD", young.files, true)
 
 	if err := cs.CoreV1().Pods("kube-system").Delete(t.Context(), mirror, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	d.waitMetric(t, `sweep_deleted_pods_total{outcome="static"}`, 1)
+	d.WaitMetric(t, `sweep_deleted_pods_total{outcome="static"}`, 1)
 
 	// Deleted while the node is paused: nothing removed, and not
 	// forgotten: checked as soon as the pause is lifted.
@@ -147,10 +149,10 @@ func TestDeletedPodPruned(t *testing.T) {
 		}
 	}
 	pause(`"investigation"`)
-	d.waitMetric(t, "sweep_paused", 1)
+	d.WaitMetric(t, "sweep_paused", 1)
 	del("held")
 	framework.Eventually(t, 30*time.Second, "the check held by the pause", func() bool {
-		data, _ := os.ReadFile(d.log)
+		data, _ := os.ReadFile(d.Log)
 		return strings.Contains(string(data), "check of deleted pods held: paused")
 	})
 	framework.CheckFiles(t, "a pod deleted while paused", held.files, true)
@@ -159,13 +161,13 @@ func TestDeletedPodPruned(t *testing.T) {
 
 	framework.CheckFiles(t, "live pod", live.files, true)
 	framework.CheckFiles(t, "sts-0 made again", again.files, true)
-	if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
+	if n := d.Metric(t, "sweep_prune_runs_total"); n != 0 {
 		t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
 	}
-	if got := d.metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 28 {
+	if got := d.Metric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`); got != 28 {
 		t.Errorf("pod-gone removals %v, want 28: web's, many's, the old sts-0's, force's and held's results files", got)
 	}
-	if data, err := os.ReadFile(d.log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
+	if data, err := os.ReadFile(d.Log); err != nil || !strings.Contains(string(data), "deleted pods checked") {
 		t.Errorf("no log line of the checks (%v)", err)
 	}
 
@@ -184,7 +186,7 @@ func TestDeletedPodPruned(t *testing.T) {
 	})
 	del("orphan")
 	framework.Eventually(t, 60*time.Second, "the check refused", func() bool {
-		data, _ := os.ReadFile(d.log)
+		data, _ := os.ReadFile(d.Log)
 		return strings.Contains(string(data), "deleted pods not checked: no usable view")
 	})
 	framework.CheckFiles(t, "a pod deleted while its node's kubelet is gone", orphan.files, true)
@@ -218,13 +220,13 @@ func createMirrorPod(t *testing.T, cs kubernetes.Interface, name, node string) s
 func TestForceDeletedPodStillRunning(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
-	ensureServiceAccount(t, cs, "kube-system")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "kube-system")
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	create := func(name string, grace int64) []string {
 		t.Helper()
-		ensureNode(t, cs, "node-a")
+		kubeobj.EnsureNode(t, cs, "node-a")
 		p, err := cs.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{NodeName: "node-a", TerminationGracePeriodSeconds: &grace,
@@ -267,35 +269,35 @@ func TestForceDeletedPodStillRunning(t *testing.T) {
 
 	t.Run("the check of deleted pods", func(t *testing.T) {
 		draining, outright := create("draining", 0), create("outright", 40)
-		d := startDaemon(t, cp.Kubeconfig, append(base, "--schedule=@every 1h", "--prune-on-start=false", "--deleted-pod-grace=1s")...)
+		d := sweepdproc.Start(t, cp.Kubeconfig, append(base, "--schedule=@every 1h", "--prune-on-start=false", "--deleted-pod-grace=1s")...)
 		framework.Eventually(t, 60*time.Second, "the daemon ready", func() bool {
-			code, _ := d.get("/readyz")
+			code, _ := d.Get("/readyz")
 			return code == 200
 		})
 		del("draining", 45) // terminating, with a grace longer than its spec's
 		time.Sleep(2 * time.Second)
 		del("draining", 0)
 		del("outright", 0)
-		checks := d.metric(t, "sweep_deleted_pod_checks_total")
+		checks := d.Metric(t, "sweep_deleted_pod_checks_total")
 		keptThenGone(t, "pods force-deleted that may still run", 30*time.Second, 60*time.Second, append(draining, outright...))
-		if d.metric(t, "sweep_deleted_pod_checks_total") == checks {
+		if d.Metric(t, "sweep_deleted_pod_checks_total") == checks {
 			t.Error("removed, but by no check of deleted pods")
 		}
-		if n := d.metric(t, "sweep_prune_runs_total"); n != 0 {
+		if n := d.Metric(t, "sweep_prune_runs_total"); n != 0 {
 			t.Errorf("sweep_prune_runs_total = %v: a scheduled run ran, and the test proves nothing of the checks", n)
 		}
 	})
 
 	t.Run("a scheduled run", func(t *testing.T) {
 		draining := create("draining-2", 0)
-		d := startDaemon(t, cp.Kubeconfig, append(base, "--schedule=@every 2s", "--deleted-pod-grace=0s")...)
-		d.waitMetric(t, "sweep_prune_runs_total", 1)
+		d := sweepdproc.Start(t, cp.Kubeconfig, append(base, "--schedule=@every 2s", "--deleted-pod-grace=0s")...)
+		d.WaitMetric(t, "sweep_prune_runs_total", 1)
 		del("draining-2", 30)
 		time.Sleep(time.Second)
 		del("draining-2", 0)
-		runs := d.metric(t, "sweep_prune_runs_total")
+		runs := d.Metric(t, "sweep_prune_runs_total")
 		keptThenGone(t, "a pod force-deleted while terminating", 20*time.Second, 40*time.Second, draining)
-		if d.metric(t, "sweep_prune_runs_total") < runs+5 {
+		if d.Metric(t, "sweep_prune_runs_total") < runs+5 {
 			t.Error("too few scheduled runs while the pod could still run: the test proves nothing")
 		}
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 )
 
 // drainNet is a bridge network with host-local IPAM, as a node's secondary
@@ -414,7 +415,7 @@ func BenchmarkCNIDelDrainWhereabouts(b *testing.B) {
 	// a day. The drain's backlog is in a range (an IPPool) of its own, the
 	// new pods' in another: Whereabouts' Lease is one for every range, and
 	// the ADDs of a pool that stays small keep their speed.
-	ensureServiceAccount(b, cs, "default")
+	kubeobj.EnsureServiceAccount(b, cs, "default")
 	const (
 		node    = "wb-bench-node"
 		window  = 3 * time.Second

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -89,11 +91,11 @@ func removalStarted(t *testing.T, dir string, timeout time.Duration) {
 func livePods(t *testing.T, cp *controlplane.ControlPlane, n int) []multuscache.Pod {
 	t.Helper()
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	pods := make([]multuscache.Pod, n)
 	for i := range pods {
 		name := fmt.Sprintf("live-%d", i)
-		pods[i] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(t, cs, "default", name, "node-a")}
+		pods[i] = multuscache.Pod{Namespace: "default", Name: name, UID: kubeobj.CreatePod(t, cs, "default", name, "node-a")}
 	}
 	return pods
 }
@@ -135,13 +137,13 @@ func TestPruneKilledMidRun(t *testing.T) {
 // worker), and once it is ready puts a cache of 30,000 sandboxes, five of
 // them live, under it whole, between two runs. It returns the daemon, the
 // cache directory, the live pods and the entries a complete prune leaves.
-func daemonOverBigCache(t *testing.T, cp *controlplane.ControlPlane) (*daemonProc, string, []multuscache.Pod, []string) {
+func daemonOverBigCache(t *testing.T, cp *controlplane.ControlPlane) (*sweepdproc.Proc, string, []multuscache.Pod, []string) {
 	t.Helper()
 	live := livePods(t, cp, 5)
 	staged, keep := bigTree(t, 30000, live)
 	dir := filepath.Join(filepath.Dir(staged), "cache")
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
-	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1s", "--min-age=1m", "--workers=1", "--log-level=info", "--sync-timeout=1s")
+	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 	if err := os.Rename(staged, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -160,19 +162,19 @@ func TestDaemonAPIServerKilledMidPrune(t *testing.T) {
 	t.Logf("removal started at %s", time.Now().Format(time.StampMicro))
 	cp.KillAPIServer()
 	t.Logf("API server killed at %s", time.Now().Format(time.StampMicro))
-	framework.Eventually(t, 10*time.Second, "the view marked stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+	framework.Eventually(t, 10*time.Second, "the view marked stale", func() bool { return d.Metric(t, "sweep_pod_view_fresh") == 0 })
 	stale := countResults(t, dir)
 	if stale <= len(live)*2 {
 		t.Fatalf("the run finished before the kill (%d results left); the test needs a bigger tree", stale)
 	}
-	skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
+	skipped := d.Metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`)
 	framework.Eventually(t, 20*time.Second, "two more skipped runs", func() bool {
-		return d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
+		return d.Metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`) >= skipped+2
 	})
 	if n := countResults(t, dir); n != stale {
 		t.Fatalf("%d results files removed on a stale view", stale-n)
 	}
-	t.Logf("stopped with %d of %d results files left; skips counted: %v", stale, total, d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
+	t.Logf("stopped with %d of %d results files left; skips counted: %v", stale, total, d.Metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
 	if err := cp.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ func TestDaemonEtcdKilledMidPrune(t *testing.T) {
 	cp.KillEtcd()
 	time.Sleep(5 * time.Second)
 	t.Logf("etcd down 5 s: %d results files left, view fresh %v, not-synced skips %v", countResults(t, dir),
-		d.metric(t, "sweep_pod_view_fresh"), d.metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
+		d.Metric(t, "sweep_pod_view_fresh"), d.Metric(t, `sweep_prune_skipped_runs_total{reason="not-synced"}`))
 	if err := cp.StartEtcd(); err != nil {
 		t.Fatal(err)
 	}

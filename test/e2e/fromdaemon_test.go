@@ -14,7 +14,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -27,7 +29,7 @@ import (
 func TestPruneFromDaemon(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	dir := filepath.Join(t.TempDir(), "multus")
 	write := func(name, uid string, age time.Duration) []string {
 		paths, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: uid},
@@ -37,24 +39,24 @@ func TestPruneFromDaemon(t *testing.T) {
 		}
 		return paths
 	}
-	live := write("live", createPod(t, cs, "default", "live", "node-a"), 2*time.Hour)
+	live := write("live", kubeobj.CreatePod(t, cs, "default", "live", "node-a"), 2*time.Hour)
 	old := write("old", "6f1c2a3e-0000-4000-8000-00000000dead", 2*time.Hour)
 	// Stale, but younger than the daemon's --min-age of 1h, older than the
 	// command's default of 15m: only the daemon's settings keep it.
 	young := write("young", "6f1c2a3e-0000-4000-8000-0000000000aa", 30*time.Minute)
 
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1h", "--dry-run", "--schedule=@every 1h")
-	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1h", "--dry-run", "--schedule=@every 1h")
+	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 
 	t.Run("a dry-run daemon logs its would-be removals at INFO", func(t *testing.T) {
 		framework.Eventually(t, 30*time.Second, "an INFO would-remove line", func() bool {
-			data, _ := os.ReadFile(d.log)
+			data, _ := os.ReadFile(d.Log)
 			return bytes.Contains(data, []byte(`level=INFO msg="would remove"`))
 		})
 	})
 
 	sweepd := testbin.Build(t, "./cmd/sweepd")
-	pid := strconv.Itoa(d.cmd.Process.Pid)
+	pid := strconv.Itoa(d.Cmd.Process.Pid)
 	t.Run("decides with the daemon's settings", func(t *testing.T) {
 		// The command's own environment has no kubeconfig and no node
 		// name: both come from the daemon's command line.

@@ -15,6 +15,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // TestReleaseHostLocalEndToEnd makes real reservations with the real bridge
@@ -99,15 +101,15 @@ func TestReleaseHostLocalEndToEnd(t *testing.T) {
 	// its results file stays: a DEL replay of it is the release. orphan-*:
 	// pod and sandbox gone, the cache file lost. young: the same, just
 	// reserved.
-	liveUID := createPod(t, cs, "default", "live", "node-a")
-	namedUID := createPod(t, cs, "default", "named", "node-a")
+	liveUID := kubeobj.CreatePod(t, cs, "default", "live", "node-a")
+	namedUID := kubeobj.CreatePod(t, cs, "default", "named", "node-a")
 	live, named := add("live", liveUID), add("named", namedUID)
 	var orphans []*sandbox
 	for _, name := range []string{"orphan-0", "orphan-1"} {
-		orphans = append(orphans, add(name, createPod(t, cs, "default", name, "node-a")))
+		orphans = append(orphans, add(name, kubeobj.CreatePod(t, cs, "default", name, "node-a")))
 		deletePod(t, cs, "default", name)
 	}
-	young := add("young", createPod(t, cs, "default", "young", "node-a"))
+	young := add("young", kubeobj.CreatePod(t, cs, "default", "young", "node-a"))
 	deletePod(t, cs, "default", "young")
 	// A container of the other CNI user: old, unknown to the runtime, its
 	// cache gone; the runtime's view alone would call it orphaned.
@@ -332,16 +334,16 @@ func TestDaemonReleasesHostLocal(t *testing.T) {
 	rt.SetSandboxes(live)
 	liveRes, orphan := reserve("10.9.0.2", live), reserve("10.9.0.3", randHex(t, 32))
 
-	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint,
+	d := sweepdproc.Start(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint,
 		"--cri-timeout=1s", "--multus-dir="+multusDir, "--schedule=@every 1s", "--release-host-local-dir="+dataDir,
 		"--release-host-local-network=net1")
 	framework.Eventually(t, 15*time.Second, "orphan released", func() bool { return !framework.Exists(orphan) })
-	d.waitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 1)
-	d.waitMetric(t, `sweep_host_local_kept_reservations{reason="sandbox-live"}`, 1)
+	d.WaitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 1)
+	d.WaitMetric(t, `sweep_host_local_kept_reservations{reason="sandbox-live"}`, 1)
 	if !framework.Exists(liveRes) {
 		t.Fatal("the live sandbox's reservation released")
 	}
-	_, body := d.get("/metrics")
+	_, body := d.Get("/metrics")
 	cmd := exec.Command("promtool", "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -350,14 +352,14 @@ func TestDaemonReleasesHostLocal(t *testing.T) {
 
 	rt.SetHang(true)
 	another := reserve("10.9.0.4", randHex(t, 32))
-	skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
+	skipped := d.Metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
 	framework.Eventually(t, 20*time.Second, "two skipped runs", func() bool {
-		return d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
+		return d.Metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
 	})
 	if !framework.Exists(another) {
 		t.Fatal("released while the runtime hangs")
 	}
 	rt.SetHang(false)
 	framework.Eventually(t, 20*time.Second, "released once the runtime answers", func() bool { return !framework.Exists(another) })
-	d.waitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 2)
+	d.WaitMetric(t, `sweep_host_local_releases_total{reason="orphaned-reservation"}`, 2)
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
@@ -28,10 +30,10 @@ import (
 func TestNodeViewMustBeThisMachine(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
-	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: kubeobj.CreatePod(t, cs, "default", "live", "node-a")}
 	liveFiles := sandboxFiles(t, dir, multuscache.NewSandboxID(), live, old)
 	// node-b is registered by another machine: it reports another boot ID.
 	setNodeBootID(t, cs, "node-b", "0b0b0b0b-0000-4000-8000-000000000000")
@@ -59,7 +61,7 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 	// leaves node-c behind, with its pods listed on it. Only the kubelet's
 	// Lease, no longer renewed, tells.
 	t.Run("sweepd prune: a Node of this machine whose kubelet is gone", func(t *testing.T) {
-		stale := multuscache.Pod{Namespace: "default", Name: "on-stale-node", UID: createPod(t, cs, "default", "on-stale-node", "node-c")}
+		stale := multuscache.Pod{Namespace: "default", Name: "on-stale-node", UID: kubeobj.CreatePod(t, cs, "default", "on-stale-node", "node-c")}
 		if err := controlplane.StopKubelet(cs, "node-c"); err != nil {
 			t.Fatal(err)
 		}
@@ -87,13 +89,13 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 
 	t.Run("sweepd daemon with a wrong node name: not ready, nothing deleted", func(t *testing.T) {
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a.ec2.internal", "--multus-dir="+dir, "--schedule=@every 1s")
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a.ec2.internal", "--multus-dir="+dir, "--schedule=@every 1s")
 		series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
-		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
-		if code, body := d.get("/readyz"); code != 503 || !strings.Contains(body, "not proven") {
+		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.Metric(t, series) >= 2 })
+		if code, body := d.Get("/readyz"); code != 503 || !strings.Contains(body, "not proven") {
 			t.Errorf("/readyz: %d %q, want 503", code, body)
 		}
-		if got := d.metric(t, "sweep_views_proven"); got != 0 {
+		if got := d.Metric(t, "sweep_views_proven"); got != 0 {
 			t.Errorf("sweep_views_proven = %v, want 0", got)
 		}
 		framework.CheckFiles(t, "live pod", liveFiles, true)
@@ -101,9 +103,9 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 	})
 
 	t.Run("sweepd daemon keeps checking: another boot ID, a deleted Node", func(t *testing.T) {
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--pod-uid="+live.UID, "--multus-dir="+dir, "--schedule=@every 1s")
-		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
-		d.waitMetric(t, "sweep_views_proven", 1)
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--pod-uid="+live.UID, "--multus-dir="+dir, "--schedule=@every 1s")
+		framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
+		d.WaitMetric(t, "sweep_views_proven", 1)
 		bootID, err := controlplane.MachineBootID()
 		if err != nil {
 			t.Fatal(err)
@@ -132,23 +134,23 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		} {
 			t.Run(change.name, func(t *testing.T) {
 				series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
-				skipped := d.metric(t, series)
+				skipped := d.Metric(t, series)
 				change.break_()
-				framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
-				if code, _ := d.get("/readyz"); code != 503 {
+				framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.Metric(t, series) >= skipped+2 })
+				if code, _ := d.Get("/readyz"); code != 503 {
 					t.Errorf("/readyz %d, want 503", code)
 				}
 				gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
-				runs := d.metric(t, "sweep_prune_runs_total")
-				skipped = d.metric(t, series)
-				framework.Eventually(t, 30*time.Second, "another skipped run", func() bool { return d.metric(t, series) >= skipped+1 })
+				runs := d.Metric(t, "sweep_prune_runs_total")
+				skipped = d.Metric(t, series)
+				framework.Eventually(t, 30*time.Second, "another skipped run", func() bool { return d.Metric(t, series) >= skipped+1 })
 				framework.CheckFiles(t, "deleted pod, while unproven", gone, true)
-				if got := d.metric(t, "sweep_prune_runs_total"); got != runs {
+				if got := d.Metric(t, "sweep_prune_runs_total"); got != runs {
 					t.Errorf("%v runs while unproven", got-runs)
 				}
 				change.mend_()
 				framework.Eventually(t, 30*time.Second, "pruning resumed", func() bool { return !framework.Exists(gone[0]) })
-				framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+				framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 				framework.CheckFiles(t, "live pod", liveFiles, true)
 			})
 		}
@@ -279,14 +281,14 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 
 	t.Run("daemon on the unit's command line: not ready, nothing deleted, says why", func(t *testing.T) {
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
-		d := startDaemon(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+second.Endpoint,
+		d := sweepdproc.Start(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+second.Endpoint,
 			"--expect-runtime=containerd", "--schedule=@every 1s")...)
 		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
-		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
-		if code, _ := d.get("/readyz"); code != 503 {
+		framework.Eventually(t, 30*time.Second, "two skipped runs", func() bool { return d.Metric(t, series) >= 2 })
+		if code, _ := d.Get("/readyz"); code != 503 {
 			t.Errorf("/readyz %d, want 503", code)
 		}
-		if got := d.metric(t, "sweep_views_proven"); got != 0 {
+		if got := d.Metric(t, "sweep_views_proven"); got != 0 {
 			t.Errorf("sweep_views_proven = %v, want 0", got)
 		}
 		framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
@@ -300,15 +302,15 @@ func TestRuntimeMustBeKubelets(t *testing.T) {
 		// would leave the proof open from the start.
 		first.Kill()
 		k := witness.StartKubelet(t, "--container-runtime-endpoint="+rt.Endpoint)
-		d := startDaemon(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+rt.Endpoint,
+		d := sweepdproc.Start(t, "/nonexistent/kubeconfig", append(base[:len(base):len(base)], "--cri-endpoint="+rt.Endpoint,
 			"--schedule=@every 1s")...)
-		d.waitMetric(t, "sweep_views_proven", 1)
+		d.WaitMetric(t, "sweep_views_proven", 1)
 		k.Kill()
 		series := `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
-		framework.Eventually(t, 30*time.Second, "a skipped run", func() bool { return d.metric(t, series) >= 1 })
+		framework.Eventually(t, 30*time.Second, "a skipped run", func() bool { return d.Metric(t, series) >= 1 })
 		gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
-		skipped := d.metric(t, series)
-		framework.Eventually(t, 30*time.Second, "two more skipped runs", func() bool { return d.metric(t, series) >= skipped+2 })
+		skipped := d.Metric(t, series)
+		framework.Eventually(t, 30*time.Second, "two more skipped runs", func() bool { return d.Metric(t, series) >= skipped+2 })
 		framework.CheckFiles(t, "files of a sandbox the runtime does not know, its kubelet gone", gone, true)
 		framework.CheckFiles(t, "the runtime's sandbox and its reservation", kept, true)
 	})
@@ -399,12 +401,12 @@ func TestKubeletInAnotherMountNamespace(t *testing.T) {
 func TestRuntimeMustBeTheNodes(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
-	ensureNode(t, cs, "node-a")                 // reports fakecri://0.0.0
+	kubeobj.EnsureNode(t, cs, "node-a")         // reports fakecri://0.0.0
 	rt.SetSandboxes(multuscache.NewSandboxID()) // another pod's: an empty list proves nothing
 	predateViews()
 	base := []string{"--liveness=both", "--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--cri-endpoint=" + rt.Endpoint, "--multus-dir=" + dir, "--cri-timeout=2s"}

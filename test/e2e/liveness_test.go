@@ -16,7 +16,9 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
@@ -33,7 +35,7 @@ type pruneSummary struct {
 func runPrune(t *testing.T, env []string, args ...string) (pruneSummary, string, int) {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
-	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, withMinAge(args)...)...)
+	cmd := exec.Command(sweepd, append([]string{"prune", "--output=json"}, sweepdproc.WithMinAge(args)...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out, stderr, code := runCmd(t, cmd)
 	t.Logf("sweepd prune %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
@@ -78,14 +80,14 @@ func bootNode(t *testing.T, cs kubernetes.Interface, node, path, id string) {
 func TestPruneRebootAware(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	dir := filepath.Join(t.TempDir(), "multus")
 	state := filepath.Join(t.TempDir(), "state")
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
 	old := time.Now().Add(-time.Hour)
 	pods := map[string]multuscache.Pod{}
 	for _, name := range []string{"web", "db"} {
-		pods[name] = multuscache.Pod{Namespace: "default", Name: name, UID: createPod(t, cs, "default", name, "node-a")}
+		pods[name] = multuscache.Pod{Namespace: "default", Name: name, UID: kubeobj.CreatePod(t, cs, "default", name, "node-a")}
 	}
 	base := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=node-a", "--multus-dir=" + dir, "--min-age=2m", "--boot-id-file=" + bootFile}
 
@@ -283,11 +285,11 @@ func TestPruneCRILiveness(t *testing.T) {
 func TestPruneBothLiveness(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
-	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: kubeobj.CreatePod(t, cs, "default", "live", "node-a")}
 	gonePod := multuscache.Pod{Namespace: "default", Name: "gone", UID: "5a0c2b1e-0000-4000-8000-00000000dead"}
 	files := map[string][]string{}
 	var known []string
@@ -340,9 +342,9 @@ func TestDaemonCRILiveness(t *testing.T) {
 	goneFiles := sandboxFiles(t, dir, gone, pod, old)
 	rt.SetSandboxes(live)
 
-	d := startDaemon(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
+	d := sweepdproc.Start(t, "/nonexistent/kubeconfig", "--liveness=cri", "--expect-runtime=fakecri", "--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s",
 		"--multus-dir="+dir, "--schedule=@every 1s", "--state-dir="+state, "--boot-id-file="+bootFile)
-	framework.Eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	framework.Eventually(t, 15*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 
 	t.Run("prunes the sandbox the runtime does not know", func(t *testing.T) {
 		framework.Eventually(t, 15*time.Second, "unknown sandbox pruned", func() bool {
@@ -367,9 +369,9 @@ func TestDaemonCRILiveness(t *testing.T) {
 		t.Run("no deletions while the runtime "+outage.name, func(t *testing.T) {
 			outage.start()
 			orphan := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old)
-			skipped := d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
+			skipped := d.Metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`)
 			framework.Eventually(t, 20*time.Second, "two skipped runs", func() bool {
-				return d.metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
+				return d.Metric(t, `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`) >= skipped+2
 			})
 			framework.CheckFiles(t, "runtime "+outage.name, orphan, true)
 			outage.stop()
@@ -386,7 +388,7 @@ func TestDaemonCRILiveness(t *testing.T) {
 	}
 
 	t.Run("metrics pass promtool, no pod series", func(t *testing.T) {
-		_, body := d.get("/metrics")
+		_, body := d.Get("/metrics")
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = strings.NewReader(body)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -395,15 +397,15 @@ func TestDaemonCRILiveness(t *testing.T) {
 		if strings.Contains(body, "sweep_pods ") || strings.Contains(body, "sweep_pod_view_fresh") {
 			t.Error("pod series without a pod view")
 		}
-		d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="sandbox-gone"}`, 6)
-		d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="orphan-scratch"}`, 3)
+		d.WaitMetric(t, `sweep_prune_removals_total{cache="multus",reason="sandbox-gone"}`, 6)
+		d.WaitMetric(t, `sweep_prune_removals_total{cache="multus",reason="orphan-scratch"}`, 3)
 		for series, want := range map[string]float64{
 			`sweep_runtime_sandboxes`:                                      1,
 			`sweep_prune_kept_files{cache="multus",reason="sandbox-live"}`: 2,
 			`sweep_boot_record_errors_total`:                               0,
 			`sweep_prune_skipped_runs_total{reason="still-running"}`:       -2, // any value
 		} {
-			got := d.metric(t, series)
+			got := d.Metric(t, series)
 			if got < 0 || (want >= 0 && got != want) {
 				t.Errorf("%s = %v, want %v", series, got, want)
 			}
@@ -419,13 +421,13 @@ func TestDaemonCRILiveness(t *testing.T) {
 func TestDaemonRebootAwareBoth(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	rt := kubeletsRuntime(t)
 	dir := filepath.Join(t.TempDir(), "multus")
 	state := filepath.Join(t.TempDir(), "state")
 	bootFile := filepath.Join(t.TempDir(), "boot_id")
 	old := time.Now().Add(-time.Hour)
-	pod := multuscache.Pod{Namespace: "default", Name: "web", UID: createPod(t, cs, "default", "web", "node-a")}
+	pod := multuscache.Pod{Namespace: "default", Name: "web", UID: kubeobj.CreatePod(t, cs, "default", "web", "node-a")}
 	args := []string{"--node-name=node-a", "--liveness=both", "--cri-endpoint=" + rt.Endpoint, "--cri-timeout=1s",
 		"--multus-dir=" + dir, "--schedule=@every 1s", "--state-dir=" + state, "--boot-id-file=" + bootFile}
 
@@ -434,13 +436,13 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 	before := multuscache.NewSandboxID()
 	beforeFiles := sandboxFiles(t, dir, before, pod, old)
 	rt.SetSandboxes(before)
-	d := startDaemon(t, cp.Kubeconfig, args...)
-	framework.Eventually(t, 30*time.Second, "a run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+	d := sweepdproc.Start(t, cp.Kubeconfig, args...)
+	framework.Eventually(t, 30*time.Second, "a run", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= 1 })
 	framework.Eventually(t, 10*time.Second, "boot record", func() bool { return framework.Exists(filepath.Join(state, "boot-record.json")) })
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.done <- <-d.done
+	d.Done <- <-d.Done
 
 	// Boot B: the kubelet made a new sandbox; the runtime lists the old one
 	// as NOTREADY.
@@ -449,8 +451,8 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 	afterFiles := sandboxFiles(t, dir, after, pod, old)
 	rt.SetSandboxes(after)
 	rt.Add(before, runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
-	d = startDaemon(t, cp.Kubeconfig, args...)
-	framework.Eventually(t, 30*time.Second, "two runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 2 })
+	d = sweepdproc.Start(t, cp.Kubeconfig, args...)
+	framework.Eventually(t, 30*time.Second, "two runs", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= 2 })
 	framework.CheckFiles(t, "earlier boot, runtime still knows it", beforeFiles, true)
 	framework.CheckFiles(t, "this boot", afterFiles, true)
 
@@ -465,12 +467,12 @@ func TestDaemonRebootAwareBoth(t *testing.T) {
 		return true
 	})
 	framework.CheckFiles(t, "this boot", afterFiles, true)
-	d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="earlier-boot"}`, 3) // 2 results, 1 scratch
+	d.WaitMetric(t, `sweep_prune_removals_total{cache="multus",reason="earlier-boot"}`, 3) // 2 results, 1 scratch
 
 	t.Run("zero API requests per prune cycle", func(t *testing.T) {
 		requests := sweepdRequests(t, cp.AuditLog())
-		runs, lists := d.metric(t, "sweep_prune_runs_total"), rt.Lists()
-		framework.Eventually(t, 20*time.Second, "three more runs", func() bool { return d.metric(t, "sweep_prune_runs_total") >= runs+3 })
+		runs, lists := d.Metric(t, "sweep_prune_runs_total"), rt.Lists()
+		framework.Eventually(t, 20*time.Second, "three more runs", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= runs+3 })
 		if after := sweepdRequests(t, cp.AuditLog()); after != requests {
 			t.Fatalf("%d API requests during the runs, want 0", after-requests)
 		}

@@ -13,6 +13,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -63,7 +64,7 @@ func TestMultusStrippedDel(t *testing.T) {
 	}
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 
 	tmp := t.TempDir()
 	multusDir := filepath.Join(tmp, "multus")   // /var/lib/cni/multus
@@ -104,7 +105,7 @@ func TestMultusStrippedDel(t *testing.T) {
 	suffix := randHex(t, 3)
 	newPod := func(name string) *pod {
 		p := &pod{name: name, sandbox: randHex(t, 32), netns: "sweep-e2e-" + suffix + "-" + name}
-		p.uid = createPod(t, cs, "default", name, "node-a")
+		p.uid = kubeobj.CreatePod(t, cs, "default", name, "node-a")
 		ip(t, "netns", "add", p.netns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.netns).Run() })
 		p.rt = &libcni.RuntimeConf{

@@ -14,7 +14,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -26,13 +28,13 @@ import (
 func TestPauseAnnotation(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	// The live pod has a Whereabouts attachment too, which the gauge of
 	// what the node's pods hold counts (issue 35).
 	live, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(),
-		multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")},
+		multuscache.Pod{Namespace: "default", Name: "live", UID: kubeobj.CreatePod(t, cs, "default", "live", "node-a")},
 		append(multuscache.DefaultAttachments(), multuscache.Attachment{Network: "wb-net", IfName: "net2", IP: "10.10.0.7/16", IPAM: "whereabouts"}), old)
 	if err != nil {
 		t.Fatal(err)
@@ -56,17 +58,17 @@ func TestPauseAnnotation(t *testing.T) {
 	annotate("ticket 123")
 
 	state := t.TempDir()
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--state-dir="+state)
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--state-dir="+state)
 	framework.Eventually(t, 30*time.Second, "a run skipped as paused", func() bool {
-		return d.metric(t, `sweep_prune_skipped_runs_total{reason="paused"}`) >= 1
+		return d.Metric(t, `sweep_prune_skipped_runs_total{reason="paused"}`) >= 1
 	})
-	if got := d.metric(t, "sweep_paused"); got != 1 {
+	if got := d.Metric(t, "sweep_paused"); got != 1 {
 		t.Errorf("sweep_paused = %v, want 1", got)
 	}
 	// Ready once its views are proven, as any daemon, and saying it is
 	// paused.
 	framework.Eventually(t, 30*time.Second, "/readyz ready and paused", func() bool {
-		code, body := d.get("/readyz")
+		code, body := d.Get("/readyz")
 		return code == http.StatusOK && strings.Contains(body, "paused: annotation sweep.k8s.io/pause=ticket 123")
 	})
 	for _, p := range append(live, stale...) {
@@ -89,8 +91,8 @@ func TestPauseAnnotation(t *testing.T) {
 			t.Errorf("%s of a live pod removed", p)
 		}
 	}
-	d.waitMetric(t, "sweep_paused", 0)
-	d.waitMetric(t, `sweep_whereabouts_addresses{network="wb-net"}`, 1)
+	d.WaitMetric(t, "sweep_paused", 0)
+	d.WaitMetric(t, `sweep_whereabouts_addresses{network="wb-net"}`, 1)
 
 	// The run that removed them is an Event on the Node, as an operator
 	// lists it (issue 35).

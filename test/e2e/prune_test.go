@@ -17,13 +17,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -67,41 +66,6 @@ func runCmdUp(t testing.TB, cmd *exec.Cmd, up time.Duration) (stdout, stderr str
 	return out.String(), errOut.String(), code
 }
 
-// createPod creates a pod bound to node and returns its UID.
-func createPod(t testing.TB, cs kubernetes.Interface, ns, name, node string) string {
-	t.Helper()
-	ensureNode(t, cs, node)
-	p, err := cs.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: new(int64),
-			Containers:                    []corev1.Container{{Name: "c", Image: "example.invalid/pause"}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(p.UID)
-}
-
-// ensureNode registers the Node name as its kubelet would, unless it is
-// registered already: sweepd condemns nothing by a node's pods until the
-// Node exists, reports this machine's boot ID and has its Lease renewed (by
-// the fake kubelet that RegisterNode starts). A Node registered already keeps
-// its kubelet as it is, stopped (controlplane.StopKubelet) or not.
-func ensureNode(t testing.TB, cs kubernetes.Interface, name string) {
-	t.Helper()
-	if _, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{}); err == nil {
-		return
-	}
-	bootID, err := controlplane.MachineBootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	setNodeBootID(t, cs, name, bootID)
-}
-
 // setNodeBootID registers the Node name, or updates it, reporting bootID,
 // as its kubelet does when it starts; it starts the node's fake kubelet,
 // which renews the Node's Lease, unless it runs.
@@ -116,19 +80,6 @@ func setNodeBootID(t testing.TB, cs kubernetes.Interface, name, bootID string) {
 func deletePod(t testing.TB, cs kubernetes.Interface, ns, name string) {
 	t.Helper()
 	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func ensureServiceAccount(t testing.TB, cs kubernetes.Interface, ns string) {
-	t.Helper()
-	if ns != "default" {
-		_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) { // kube-system is the API server's own
-			t.Fatal(err)
-		}
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -179,8 +130,8 @@ func TestPruneEndToEnd(t *testing.T) {
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
-	ensureServiceAccount(t, cs, "team")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "team")
 
 	old, young := time.Now().Add(-time.Hour), time.Now()
 	c := &cacheTree{dir: filepath.Join(t.TempDir(), "multus")}
@@ -190,22 +141,22 @@ func TestPruneEndToEnd(t *testing.T) {
 
 	// Live pods on node-a keep their files, in any namespace.
 	for _, p := range []struct{ ns, name string }{{"default", "live-1"}, {"team", "live-2"}} {
-		uid := createPod(t, cs, p.ns, p.name, "node-a")
+		uid := kubeobj.CreatePod(t, cs, p.ns, p.name, "node-a")
 		c.sandbox(t, multuscache.Pod{Namespace: p.ns, Name: p.name, UID: uid}, old, true)
 	}
 	// A pod deleted without CNI DEL: its files go.
-	gone := createPod(t, cs, "default", "gone", "node-a")
+	gone := kubeobj.CreatePod(t, cs, "default", "gone", "node-a")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: gone}, old, false)
 	deletePod(t, cs, "default", "gone")
 	// A StatefulSet pod re-created with the same name: the old UID's files go,
 	// the new one's stay.
-	web0 := createPod(t, cs, "default", "web-0", "node-a")
+	web0 := kubeobj.CreatePod(t, cs, "default", "web-0", "node-a")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "web-0", UID: web0}, old, false)
 	deletePod(t, cs, "default", "web-0")
-	web0 = createPod(t, cs, "default", "web-0", "node-a")
+	web0 = kubeobj.CreatePod(t, cs, "default", "web-0", "node-a")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "web-0", UID: web0}, old, true)
 	// A pod that lives on node-b is not a pod of node-a.
-	other := createPod(t, cs, "default", "elsewhere", "node-b")
+	other := kubeobj.CreatePod(t, cs, "default", "elsewhere", "node-b")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "elsewhere", UID: other}, old, false)
 	// Young files of a deleted pod stay until --min-age.
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "new", UID: "0d7c0b8e-0000-4000-8000-000000000001"}, young, true)
@@ -428,7 +379,7 @@ func TestPrunePermissionDenied(t *testing.T) {
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 
 	// The user must be able to reach the cache and the kubeconfig.
 	base := t.TempDir()
@@ -453,7 +404,7 @@ func TestPrunePermissionDenied(t *testing.T) {
 
 	old := time.Now().Add(-time.Hour)
 	c := &cacheTree{dir: filepath.Join(base, "multus")}
-	live := createPod(t, cs, "default", "live", "node-a")
+	live := kubeobj.CreatePod(t, cs, "default", "live", "node-a")
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "live", UID: live}, old, true)
 	c.sandbox(t, multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.UID("gone")}, old, false)
 	// A stale sandbox whose results files the user may not read: kept, and

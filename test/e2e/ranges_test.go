@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // TestDaemonHostLocalRanges (issue 35): the daemon reads a host-local
@@ -21,7 +23,7 @@ import (
 // counts are read only.
 func TestDaemonHostLocalRanges(t *testing.T) {
 	cp := controlplane.Start(t)
-	ensureNode(t, cp.Clientset(t), "node-a")
+	kubeobj.EnsureNode(t, cp.Clientset(t), "node-a")
 	rt := kubeletsRuntime(t)
 	tmp := t.TempDir()
 	confDir, dataDir, multusDir := filepath.Join(tmp, "net.d"), filepath.Join(tmp, "networks"), filepath.Join(tmp, "multus")
@@ -59,17 +61,17 @@ func TestDaemonHostLocalRanges(t *testing.T) {
 	const series = `sweep_host_local_addresses{network="e2e-ranges",range="10.77.0.0/28",state="%s"}`
 
 	t.Run("with the runtime's sandboxes", func(t *testing.T) {
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--liveness=both", "--expect-runtime=fakecri",
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--liveness=both", "--expect-runtime=fakecri",
 			"--cri-endpoint="+rt.Endpoint, "--cri-timeout=1s", "--multus-dir="+multusDir, "--schedule=@every 1h",
 			"--cni-conf-dir="+confDir)
-		d.waitMetric(t, `sweep_host_local_range_addresses{network="e2e-ranges",range="10.77.0.0/28"}`, 13)
+		d.WaitMetric(t, `sweep_host_local_range_addresses{network="e2e-ranges",range="10.77.0.0/28"}`, 13)
 		for state, want := range map[string]float64{"in_use": 1, "dead": 10, "young": 1, "unknown": 0, "free": 1} {
-			d.waitMetric(t, fmt.Sprintf(series, state), want)
+			d.WaitMetric(t, fmt.Sprintf(series, state), want)
 		}
-		if got := d.metric(t, fmt.Sprintf(series, "reserved")); got != -1 {
+		if got := d.Metric(t, fmt.Sprintf(series, "reserved")); got != -1 {
 			t.Errorf("reserved = %v with the runtime's sandboxes, want no series", got)
 		}
-		_, body := d.get("/metrics")
+		_, body := d.Get("/metrics")
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = strings.NewReader(body)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -79,11 +81,11 @@ func TestDaemonHostLocalRanges(t *testing.T) {
 
 	// Who holds an address is not guessed without the runtime.
 	t.Run("with the API server alone", func(t *testing.T) {
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--schedule=@every 1h",
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multusDir, "--schedule=@every 1h",
 			"--cni-conf-dir="+confDir)
-		d.waitMetric(t, fmt.Sprintf(series, "reserved"), 12)
-		d.waitMetric(t, fmt.Sprintf(series, "free"), 1)
-		if got := d.metric(t, fmt.Sprintf(series, "dead")); got != -1 {
+		d.WaitMetric(t, fmt.Sprintf(series, "reserved"), 12)
+		d.WaitMetric(t, fmt.Sprintf(series, "free"), 1)
+		if got := d.Metric(t, fmt.Sprintf(series, "dead")); got != -1 {
 			t.Errorf("dead = %v without the runtime, want no series", got)
 		}
 	})

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -63,26 +65,26 @@ func TestRuntimeCacheEndToEnd(t *testing.T) {
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	old, young := time.Now().Add(-time.Hour), time.Now()
 	root := t.TempDir()
 	multus := filepath.Join(root, "multus")
 	rc := &runtimeCache{dir: filepath.Join(root, "results")}
 
-	live := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	live := multuscache.Pod{Namespace: "default", Name: "live", UID: kubeobj.CreatePod(t, cs, "default", "live", "node-a")}
 	if _, err := multuscache.Sandbox(multus, multuscache.NewSandboxID(), live, multuscache.DefaultAttachments(), old); err != nil {
 		t.Fatal(err)
 	}
 	rc.write(t, live, old, true)
 	// A pod deleted without CNI DEL, and a StatefulSet pod re-created under
 	// the same name: the dead UIDs' files go, the new one's stays.
-	gone := multuscache.Pod{Namespace: "default", Name: "gone", UID: createPod(t, cs, "default", "gone", "node-a")}
+	gone := multuscache.Pod{Namespace: "default", Name: "gone", UID: kubeobj.CreatePod(t, cs, "default", "gone", "node-a")}
 	rc.write(t, gone, old, false)
 	deletePod(t, cs, "default", "gone")
-	web0 := multuscache.Pod{Namespace: "default", Name: "web-0", UID: createPod(t, cs, "default", "web-0", "node-a")}
+	web0 := multuscache.Pod{Namespace: "default", Name: "web-0", UID: kubeobj.CreatePod(t, cs, "default", "web-0", "node-a")}
 	rc.write(t, web0, old, false)
 	deletePod(t, cs, "default", "web-0")
-	web0.UID = createPod(t, cs, "default", "web-0", "node-a")
+	web0.UID = kubeobj.CreatePod(t, cs, "default", "web-0", "node-a")
 	rc.write(t, web0, old, true)
 	// Young files of a deleted pod wait for --min-age.
 	rc.write(t, multuscache.Pod{Namespace: "default", Name: "new", UID: "0d7c0b8e-0000-4000-8000-000000000002"}, young, true)
@@ -207,27 +209,27 @@ func TestRuntimeCacheEndToEnd(t *testing.T) {
 	})
 
 	t.Run("daemon counts each cache", func(t *testing.T) {
-		doomed := multuscache.Pod{Namespace: "default", Name: "doomed", UID: createPod(t, cs, "default", "doomed", "node-a")}
+		doomed := multuscache.Pod{Namespace: "default", Name: "doomed", UID: kubeobj.CreatePod(t, cs, "default", "doomed", "node-a")}
 		name := rc.write(t, doomed, old, false)
 		if _, err := multuscache.Sandbox(multus, multuscache.NewSandboxID(), doomed, multuscache.DefaultAttachments(), old); err != nil {
 			t.Fatal(err)
 		}
 		deletePod(t, cs, "default", "doomed")
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--runtime-cache-dir="+rc.dir,
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+multus, "--runtime-cache-dir="+rc.dir,
 			"--schedule=@every 1s", "--prune-on-start")
-		d.waitMetric(t, `sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`, 1)
-		d.waitMetric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`, float64(len(multuscache.DefaultAttachments())))
-		d.waitMetric(t, `sweep_prune_removed_files_total{cache="runtime",phase="results"}`, 1)
-		d.waitMetric(t, `sweep_multus_cache_files{cache="runtime",dir="results"}`, float64(len(rc.keep)))
-		d.waitMetric(t, `sweep_prune_kept_files{cache="runtime",reason="pod-live"}`, 2)
-		d.waitMetric(t, `sweep_prune_kept_files{cache="runtime",reason="no-identity"}`, 1)
-		d.waitMetric(t, `sweep_prune_kept_files{cache="multus",reason="pod-live"}`, float64(len(multuscache.DefaultAttachments())))
+		d.WaitMetric(t, `sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`, 1)
+		d.WaitMetric(t, `sweep_prune_removals_total{cache="multus",reason="pod-gone"}`, float64(len(multuscache.DefaultAttachments())))
+		d.WaitMetric(t, `sweep_prune_removed_files_total{cache="runtime",phase="results"}`, 1)
+		d.WaitMetric(t, `sweep_multus_cache_files{cache="runtime",dir="results"}`, float64(len(rc.keep)))
+		d.WaitMetric(t, `sweep_prune_kept_files{cache="runtime",reason="pod-live"}`, 2)
+		d.WaitMetric(t, `sweep_prune_kept_files{cache="runtime",reason="no-identity"}`, 1)
+		d.WaitMetric(t, `sweep_prune_kept_files{cache="multus",reason="pod-live"}`, float64(len(multuscache.DefaultAttachments())))
 		if framework.Exists(filepath.Join(rc.dir, name)) {
 			t.Error("the deleted pod's runtime cache file is left")
 		}
 		for _, series := range []string{`sweep_cache_disk_bytes{cache="runtime"}`, `sweep_cache_disk_bytes{cache="multus"}`,
 			"sweep_multus_filesystem_free_bytes", "sweep_multus_filesystem_size_bytes"} {
-			if v := d.metric(t, series); v <= 0 {
+			if v := d.Metric(t, series); v <= 0 {
 				t.Errorf("%s = %v, want more than 0", series, v)
 			}
 		}
@@ -271,7 +273,7 @@ func TestCNIDelRuntimeCache(t *testing.T) {
 	add := func(name string) *cniPod {
 		t.Helper()
 		p := &cniPod{name: name, sandbox: randHex(t, 32), netns: "sweep-rc-" + suffix + "-" + name}
-		p.uid = createPod(t, cs, "default", name, "node-a")
+		p.uid = kubeobj.CreatePod(t, cs, "default", name, "node-a")
 		ip(t, "netns", "add", p.netns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.netns).Run() })
 		res, err := cni.AddNetworkList(t.Context(), list, &libcni.RuntimeConf{

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/tcpproxy"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
@@ -31,8 +33,8 @@ import (
 func TestStaticPodFiles(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "kube-system")
-	ensureNode(t, cs, "node-a")
+	kubeobj.EnsureServiceAccount(t, cs, "kube-system")
+	kubeobj.EnsureNode(t, cs, "node-a")
 	const (
 		hash         = "c6e40cad1f3a4e6b9d2c8a7f5e4d3c2b" // what a kubelet v1.37.2 gave a static pod
 		orphanedHash = "9f8e7d6c5b4a39281706f5e4d3c2b1a0" // a static pod whose mirror pod is missing
@@ -69,12 +71,12 @@ func TestStaticPodFiles(t *testing.T) {
 
 	t.Run("sweepd daemon", func(t *testing.T) {
 		gone := stale()
-		d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s")
+		d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=2m", "--schedule=@every 1s")
 		framework.Eventually(t, 60*time.Second, "the daemon to remove the deleted pod's files", func() bool { return !framework.Exists(gone[0]) })
 		framework.CheckFiles(t, "deleted pod", gone, false)
 		framework.CheckFiles(t, "static pod with its mirror pod", static, true)
 		framework.CheckFiles(t, "static pod without a mirror pod", orphaned, true)
-		d.waitMetric(t, `sweep_prune_kept_files{cache="multus",reason="static-pod"}`, 2)
+		d.WaitMetric(t, `sweep_prune_kept_files{cache="multus",reason="static-pod"}`, 2)
 	})
 }
 
@@ -90,8 +92,8 @@ func TestStaticPodFiles(t *testing.T) {
 func TestPodViewFreshAfterOutage(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
-	ensureNode(t, cs, "node-a")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	kubeobj.EnsureNode(t, cs, "node-a")
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	u, err := url.Parse(cp.Config.Host)
 	if err != nil {
@@ -120,8 +122,8 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 				// 1s without a frame and 1s without the ping's answer.
 				cmd.Env = append(os.Environ(), "HTTP2_READ_IDLE_TIMEOUT_SECONDS=1", "HTTP2_PING_TIMEOUT_SECONDS=1",
 					"KUBE_FEATURE_WatchListClient="+strconv.FormatBool(watchList))
-				d := startProc(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
-				framework.Eventually(t, 60*time.Second, "a first prune", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+				d := sweepdproc.StartCmd(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
+				framework.Eventually(t, 60*time.Second, "a first prune", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= 1 })
 
 				old := time.Now().Add(-time.Hour)
 				for round := range rounds {
@@ -130,9 +132,9 @@ func TestPodViewFreshAfterOutage(t *testing.T) {
 					} else {
 						proxy.Cut()
 					}
-					framework.Eventually(t, 60*time.Second, "the view to go stale", func() bool { return d.metric(t, "sweep_pod_view_fresh") == 0 })
+					framework.Eventually(t, 60*time.Second, "the view to go stale", func() bool { return d.Metric(t, "sweep_pod_view_fresh") == 0 })
 					name := fmt.Sprintf("born-in-%s-%v-%d", outage, watchList, round)
-					uid := createPod(t, cs, "default", name, "node-a")
+					uid := kubeobj.CreatePod(t, cs, "default", name, "node-a")
 					born := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: uid}, old)
 					never := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "never", UID: multuscache.NewUID()}, old)
 					proxy.Thaw()

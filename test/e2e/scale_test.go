@@ -15,7 +15,9 @@ import (
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // BenchmarkHundredDaemons is the measured run of the daemon at cluster
@@ -30,10 +32,10 @@ func BenchmarkHundredDaemons(b *testing.B) {
 	const nodes, perNode = 100, 100
 	cp := controlplane.Start(b)
 	cs := cp.Clientset(b)
-	ensureServiceAccount(b, cs, "default")
+	kubeobj.EnsureServiceAccount(b, cs, "default")
 
 	for n := range nodes {
-		ensureNode(b, cs, nodeName(n))
+		kubeobj.EnsureNode(b, cs, nodeName(n))
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -66,7 +68,7 @@ func BenchmarkHundredDaemons(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(base) })
-	daemons := make([]*daemonProc, nodes)
+	daemons := make([]*sweepdproc.Proc, nodes)
 	before := sweepdRequests(b, cp.AuditLog())
 	start = time.Now()
 	for n := range nodes {
@@ -79,18 +81,18 @@ func BenchmarkHundredDaemons(b *testing.B) {
 		if err := multuscache.Node(dir, perNode+10, live, time.Now().Add(-time.Hour)); err != nil {
 			b.Fatal(err)
 		}
-		daemons[n] = startDaemon(b, cp.Kubeconfig, "--node-name="+nodeName(n), "--multus-dir="+dir, "--schedule=@every 2s", "--min-age=1m", "--log-level=warn")
+		daemons[n] = sweepdproc.Start(b, cp.Kubeconfig, "--node-name="+nodeName(n), "--multus-dir="+dir, "--schedule=@every 2s", "--min-age=1m", "--log-level=warn")
 	}
 	for n, d := range daemons {
-		framework.Eventually(b, 120*time.Second, "daemon "+nodeName(n)+" ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+		framework.Eventually(b, 120*time.Second, "daemon "+nodeName(n)+" ready", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 	}
 	b.Logf("%d daemons ready in %s", nodes, time.Since(start))
 	startup := sweepdRequests(b, cp.AuditLog()) - before
 	for n, d := range daemons {
 		framework.Eventually(b, 60*time.Second, "first prune on "+nodeName(n), func() bool {
-			return d.metric(b, `sweep_prune_removed_files_total{cache="multus",phase="results"}`) == 20
+			return d.Metric(b, `sweep_prune_removed_files_total{cache="multus",phase="results"}`) == 20
 		})
-		if got := d.metric(b, "sweep_pods"); got != perNode {
+		if got := d.Metric(b, "sweep_pods"); got != perNode {
 			b.Fatalf("%s holds %v pods, want %d", nodeName(n), got, perNode)
 		}
 	}
@@ -107,7 +109,7 @@ func BenchmarkHundredDaemons(b *testing.B) {
 
 	var rssSum, rssMax float64
 	for _, d := range daemons {
-		rss := d.metric(b, "process_resident_memory_bytes") / (1 << 20)
+		rss := d.Metric(b, "process_resident_memory_bytes") / (1 << 20)
 		rssSum += rss
 		rssMax = max(rssMax, rss)
 	}
@@ -130,10 +132,10 @@ func BenchmarkHundredDaemons(b *testing.B) {
 
 func nodeName(n int) string { return "node-" + strconv.Itoa(1000 + n)[1:] }
 
-func totalRuns(b *testing.B, daemons []*daemonProc) float64 {
+func totalRuns(b *testing.B, daemons []*sweepdproc.Proc) float64 {
 	var sum float64
 	for _, d := range daemons {
-		sum += d.metric(b, "sweep_prune_runs_total")
+		sum += d.Metric(b, "sweep_prune_runs_total")
 	}
 	return sum
 }

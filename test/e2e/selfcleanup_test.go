@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,20 +18,15 @@ import (
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/eagerproxy"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 )
 
 var (
-	gvrSA   = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
-	gvrR    = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}
-	gvrRB   = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
-	gvrCR   = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
-	gvrCRB  = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
-	gvrDS   = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
-	gvrJob  = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
 	gvrKind = map[string]schema.GroupVersionResource{
-		"ServiceAccount": gvrSA, "Role": gvrR, "RoleBinding": gvrRB, "ClusterRole": gvrCR, "ClusterRoleBinding": gvrCRB, "DaemonSet": gvrDS,
+		"ServiceAccount": kubeobj.ServiceAccounts, "Role": kubeobj.Roles, "RoleBinding": kubeobj.RoleBindings, "ClusterRole": kubeobj.ClusterRoles, "ClusterRoleBinding": kubeobj.ClusterRoleBindings, "DaemonSet": kubeobj.DaemonSets,
 	}
 )
 
@@ -51,13 +45,13 @@ type selfWorkload struct {
 // RBAC exactly as the chart renders them with uninstall.enabled.
 func installChartDaemonSet(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, dc dynamic.Interface, name string) selfWorkload {
 	t.Helper()
-	ns := chartNamespace
-	for _, o := range decodeObjects(t, renderChart(t, "--set", "uninstall.enabled=true", "--set", "fullnameOverride="+name)) {
+	ns := chartrender.Namespace
+	for _, o := range chartrender.Decode(t, chartrender.Render(t, "--set", "uninstall.enabled=true", "--set", "fullnameOverride="+name)) {
 		gvr, ok := gvrKind[o.GetKind()]
 		if !ok || o.GetName() != name {
 			continue // the hook's objects, the Service
 		}
-		if gvr != gvrCR && gvr != gvrCRB {
+		if gvr != kubeobj.ClusterRoles && gvr != kubeobj.ClusterRoleBindings {
 			o.SetNamespace(ns)
 		}
 		if _, err := dc.Resource(gvr).Namespace(o.GetNamespace()).Create(t.Context(), o, metav1.CreateOptions{}); err != nil {
@@ -72,15 +66,15 @@ func installChartDaemonSet(t *testing.T, cp *controlplane.ControlPlane, cs kuber
 	}
 	return selfWorkload{
 		opts: cleanup.SelfOptions{Self: cleanup.Self{
-			GVR: gvrDS, Name: name, Namespace: ns,
+			GVR: kubeobj.DaemonSets, Name: name, Namespace: ns,
 			ServiceAccount: name, Role: name, RoleBinding: name, ClusterRole: name, ClusterRoleBinding: name,
 		}},
-		token:   saToken(t, cs, ns, name, nil),
-		sa:      obj(gvrSA, true),
-		tracked: []eagerproxy.Object{obj(gvrDS, true)},
+		token:   kubeobj.Token(t, cs, ns, name, nil),
+		sa:      obj(kubeobj.ServiceAccounts, true),
+		tracked: []eagerproxy.Object{obj(kubeobj.DaemonSets, true)},
 		grants: []eagerproxy.Grant{
-			{Role: obj(gvrR, true), Binding: obj(gvrRB, true)},
-			{Role: obj(gvrCR, false), Binding: obj(gvrCRB, false)},
+			{Role: obj(kubeobj.Roles, true), Binding: obj(kubeobj.RoleBindings, true)},
+			{Role: obj(kubeobj.ClusterRoles, false), Binding: obj(kubeobj.ClusterRoleBindings, false)},
 		},
 	}
 }
@@ -95,31 +89,18 @@ func installJobWorkload(t *testing.T, cp *controlplane.ControlPlane, cs kubernet
 	}
 	return selfWorkload{
 		opts: cleanup.SelfOptions{Self: cleanup.Self{
-			GVR: gvrJob, Name: "spectro-cleanup", Namespace: ns,
+			GVR: kubeobj.Jobs, Name: "spectro-cleanup", Namespace: ns,
 			ServiceAccount: "spectro-cleanup", Role: "spectro-cleanup-role", RoleBinding: "spectro-cleanup-rolebinding",
 			ClusterRole: j.clusterRole, ClusterRoleBinding: j.clusterRole,
 		}},
 		token:   j.token,
-		sa:      o(gvrSA, ns, "spectro-cleanup"),
-		tracked: []eagerproxy.Object{o(gvrJob, ns, "spectro-cleanup")},
+		sa:      o(kubeobj.ServiceAccounts, ns, "spectro-cleanup"),
+		tracked: []eagerproxy.Object{o(kubeobj.Jobs, ns, "spectro-cleanup")},
 		grants: []eagerproxy.Grant{
-			{Role: o(gvrR, ns, "spectro-cleanup-role"), Binding: o(gvrRB, ns, "spectro-cleanup-rolebinding")},
-			{Role: o(gvrCR, "", j.clusterRole), Binding: o(gvrCRB, "", j.clusterRole)},
+			{Role: o(kubeobj.Roles, ns, "spectro-cleanup-role"), Binding: o(kubeobj.RoleBindings, ns, "spectro-cleanup-rolebinding")},
+			{Role: o(kubeobj.ClusterRoles, "", j.clusterRole), Binding: o(kubeobj.ClusterRoleBindings, "", j.clusterRole)},
 		},
 	}
-}
-
-// saToken returns a token of the ServiceAccount ns/name, bound to an object
-// when bound is set.
-func saToken(t *testing.T, cs kubernetes.Interface, ns, name string, bound *authenticationv1.BoundObjectReference) string {
-	t.Helper()
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: bound},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok.Status.Token
 }
 
 // TestSelfCleanupOrder runs the self-cleanup as the uninstall's leader and
@@ -138,7 +119,7 @@ func TestSelfCleanupOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartrender.Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	workloads := []struct {

@@ -18,7 +18,9 @@ import (
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/fakecri"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 	"github.com/sweep-k8s/sweep/test/framework/witness"
 )
@@ -333,9 +335,9 @@ func TestDaemonSystemdNotify(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", addr)
 	t.Setenv("WATCHDOG_USEC", strconv.Itoa(int(watchdog/time.Microsecond)))
 
-	ensureNode(t, cp.Clientset(t), "node-a")
+	kubeobj.EnsureNode(t, cp.Clientset(t), "node-a")
 	cp.StopAPIServer()
-	d := startDaemon(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+t.TempDir(), "--sync-timeout=2s")
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+t.TempDir(), "--sync-timeout=2s")
 	// Only the daemon may talk to the socket: the restarted kube-apiserver
 	// inherits the environment and would send its own READY=1 (systemd's
 	// NotifyAccess=main drops such messages).
@@ -383,7 +385,7 @@ waiting:
 			if m != "READY=1" {
 				t.Fatalf("got %q, want READY=1", m)
 			}
-			if code, _ := d.get("/readyz"); code != http.StatusOK {
+			if code, _ := d.Get("/readyz"); code != http.StatusOK {
 				t.Fatalf("READY=1 sent while /readyz = %d", code)
 			}
 			checkMetricsDocumented(t, d)
@@ -397,13 +399,13 @@ waiting:
 // checkMetricsDocumented checks that every sweep_* metric the daemon serves
 // is in docs/metrics.md's tables, and logs the daemon's resident memory (the
 // chart's requests and limits are based on it).
-func checkMetricsDocumented(t *testing.T, d *daemonProc) {
+func checkMetricsDocumented(t *testing.T, d *sweepdproc.Proc) {
 	t.Helper()
 	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body := d.get("/metrics")
+	code, body := d.Get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
@@ -412,7 +414,7 @@ func checkMetricsDocumented(t *testing.T, d *daemonProc) {
 			t.Errorf("metric %s is not in docs/metrics.md", m[1])
 		}
 	}
-	t.Logf("daemon resident memory: %.1f MiB", d.metric(t, "process_resident_memory_bytes")/(1<<20))
+	t.Logf("daemon resident memory: %.1f MiB", d.Metric(t, "process_resident_memory_bytes")/(1<<20))
 }
 
 // TestSystemdEnvExamplesAreSafe runs the daemon as the unit runs it with each
@@ -431,9 +433,9 @@ func TestSystemdEnvExamplesAreSafe(t *testing.T) {
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	old := time.Now().Add(-time.Hour)
-	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: createPod(t, cs, "default", "live", "node-a")}
+	livePod := multuscache.Pod{Namespace: "default", Name: "live", UID: kubeobj.CreatePod(t, cs, "default", "live", "node-a")}
 	liveSandbox := multuscache.NewSandboxID()
 	// The kubelet's runtime runs the live pod; a second one, of the same
 	// name and version, runs another pod and no kubelet uses it.
@@ -458,14 +460,14 @@ func TestSystemdEnvExamplesAreSafe(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "multus")
 			live := sandboxFiles(t, dir, liveSandbox, livePod, old)
 			gone := sandboxFiles(t, dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
-			run := func(t *testing.T, endpoint string) *daemonProc {
+			run := func(t *testing.T, endpoint string) *sweepdproc.Proc {
 				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
 				// Later flags win: the test's directories, cluster and
 				// socket in place of the host's.
 				args := append(argv[1:len(argv):len(argv)], "--node-name=node-a", "--kubeconfig="+cp.Kubeconfig, "--multus-dir="+dir,
 					"--cri-endpoint="+endpoint, "--state-dir="+t.TempDir(), "--cni-bin-dir="+t.TempDir(), "--metrics-addr="+addr,
 					"--schedule=@every 1s", "--allow-short-intervals", "--log-format=text")
-				return startProc(t, exec.Command(sweepd, args...), addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
+				return sweepdproc.StartCmd(t, exec.Command(sweepd, args...), addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
 			}
 			t.Run("the Node outlived its kubelet, the socket is no kubelet's: nothing deleted", func(t *testing.T) {
 				if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
@@ -476,11 +478,11 @@ func TestSystemdEnvExamplesAreSafe(t *testing.T) {
 				if cri {
 					series = `sweep_prune_skipped_runs_total{reason="runtime-unproven"}`
 				}
-				framework.Eventually(t, 60*time.Second, "two skipped runs", func() bool { return d.metric(t, series) >= 2 })
-				if got := d.metric(t, "sweep_views_proven"); got != 0 {
+				framework.Eventually(t, 60*time.Second, "two skipped runs", func() bool { return d.Metric(t, series) >= 2 })
+				if got := d.Metric(t, "sweep_views_proven"); got != 0 {
 					t.Errorf("sweep_views_proven = %v, want 0", got)
 				}
-				if got := d.metric(t, "sweep_prune_runs_total"); got != 0 {
+				if got := d.Metric(t, "sweep_prune_runs_total"); got != 0 {
 					t.Errorf("sweep_prune_runs_total = %v, want 0", got)
 				}
 				framework.CheckFiles(t, "live pod", live, true)
@@ -490,14 +492,14 @@ func TestSystemdEnvExamplesAreSafe(t *testing.T) {
 				setNodeBootID(t, cs, "node-a", bootID) // the kubelet starts again
 				witness.StartKubelet(t, "--container-runtime-endpoint="+kubelets.Endpoint)
 				d := run(t, kubelets.Endpoint)
-				d.waitMetric(t, "sweep_views_proven", 1)
-				framework.Eventually(t, 60*time.Second, "a prune run", func() bool { return d.metric(t, "sweep_prune_runs_total") >= 1 })
+				d.WaitMetric(t, "sweep_views_proven", 1)
+				framework.Eventually(t, 60*time.Second, "a prune run", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= 1 })
 				framework.CheckFiles(t, "live pod", live, true)
 				if slices.Contains(argv, "--cni-del") {
 					// No plugin in the test's --cni-bin-dir: the DEL
 					// fails and the file waits for the next run.
 					framework.Eventually(t, 60*time.Second, "a failed CNI DEL", func() bool {
-						return d.metric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-failed"}`) >= 1
+						return d.Metric(t, `sweep_prune_kept_files{cache="multus",reason="cni-del-failed"}`) >= 1
 					})
 					return
 				}

@@ -17,17 +17,17 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
@@ -55,7 +55,7 @@ type release struct {
 type nodeEnv struct {
 	name, root, configDir, stateDir string
 	files                           []string
-	proc                            *daemonProc
+	proc                            *sweepdproc.Proc
 }
 
 // daemonRules are the DaemonSet's namespaced rights, as docs/uninstall.md
@@ -95,24 +95,6 @@ func noErr(t *testing.T) func(any, error) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// tokenKubeconfig writes a kubeconfig that authenticates as a ServiceAccount.
-func tokenKubeconfig(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, sa string) string {
-	t.Helper()
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tok.Status.Token
-	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
-	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // installRelease creates what the chart installs for the uninstall cleanup,
@@ -213,8 +195,8 @@ func installRelease(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 		noErr(t)(nil, os.MkdirAll(e.configDir, 0o755))
 		r.nodes[n] = e
 	}
-	r.daemonKC = tokenKubeconfig(t, cp, cs, ns, name)
-	r.uninstallKC = tokenKubeconfig(t, cp, cs, ns, name+"-uninstall")
+	r.daemonKC = kubeobj.Kubeconfig(t, cp, cs, ns, name)
+	r.uninstallKC = kubeobj.Kubeconfig(t, cp, cs, ns, name+"-uninstall")
 	return r
 }
 
@@ -244,7 +226,7 @@ func bindDaemonSetPods(t *testing.T, cs kubernetes.Interface, ns string, labels 
 func createNodes(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	for _, n := range uninstallNodes {
-		ensureNode(t, cs, n)
+		kubeobj.EnsureNode(t, cs, n)
 	}
 }
 
@@ -268,7 +250,7 @@ func (r *release) resourceConfig() string {
 // startNode runs the node's daemon as the DaemonSet's container would run
 // it, in a mount namespace of its own where the node's root is
 // bind-mounted at hostView (the /host of the real DaemonSet).
-func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonProc {
+func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *sweepdproc.Proc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
@@ -284,8 +266,8 @@ func (r *release) startNode(t *testing.T, n *nodeEnv, extra ...string) *daemonPr
 	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", n.root, r.hostView, sweepd}, args...)...)
 	logPath := filepath.Join(r.base, fmt.Sprintf("%s-%d.log", n.name, time.Now().UnixNano()))
-	d := startProc(t, cmd, addr, logPath, n.name+" daemon")
-	framework.Eventually(t, 20*time.Second, n.name+" daemon serving", func() bool { code, _ := d.get("/healthz"); return code == 200 })
+	d := sweepdproc.StartCmd(t, cmd, addr, logPath, n.name+" daemon")
+	framework.Eventually(t, 20*time.Second, n.name+" daemon serving", func() bool { code, _ := d.Get("/healthz"); return code == 200 })
 	n.proc = d
 	return d
 }
@@ -461,11 +443,11 @@ func TestUninstallAcrossNodes(t *testing.T) {
 			t.Fatal("node-b's node phase did not start")
 		}
 	}
-	if err := killed.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := killed.proc.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err := <-killed.proc.done
-	killed.proc.done <- err // for the cleanup
+	err := <-killed.proc.Done
+	killed.proc.Done <- err // for the cleanup
 	entries, _ := os.ReadDir(many)
 	t.Logf("node-b killed with %d of 20001 files left", len(entries))
 	if len(entries) == 0 {
@@ -624,13 +606,13 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		var removed float64
 		for _, n := range uninstallNodes {
 			d := r.nodes[n].proc
-			if got := d.metric(t, "sweep_cleanup_runs_total"); got != 1 {
+			if got := d.Metric(t, "sweep_cleanup_runs_total"); got != 1 {
 				t.Errorf("%s: sweep_cleanup_runs_total = %v, want 1", n, got)
 			}
-			if got := d.metric(t, "sweep_cleanup_failures_total"); got != 0 {
+			if got := d.Metric(t, "sweep_cleanup_failures_total"); got != 0 {
 				t.Errorf("%s: sweep_cleanup_failures_total = %v, want 0", n, got)
 			}
-			removed += d.metric(t, "sweep_cleanup_removed_files_total")
+			removed += d.Metric(t, "sweep_cleanup_removed_files_total")
 		}
 		// Each node: 3 files and var/lib/sweep-test/* matches the marker;
 		// node-b also what was left of its 20000 files after the kill.
@@ -643,7 +625,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		// which the hook may have seen take effect first.
 		deleted := func() (n float64) {
 			for _, node := range uninstallNodes {
-				n += r.nodes[node].proc.metric(t, "sweep_cleanup_deleted_objects_total")
+				n += r.nodes[node].proc.Metric(t, "sweep_cleanup_deleted_objects_total")
 			}
 			return n
 		}
@@ -691,11 +673,11 @@ func TestUninstallBarrierTimeout(t *testing.T) {
 		if leader == nil || leader == missing {
 			t.Fatalf("leader %q", *l.Spec.HolderIdentity)
 		}
-		if err := leader.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := leader.proc.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		err = <-leader.proc.done
-		leader.proc.done <- err // for the cleanup
+		err = <-leader.proc.Done
+		leader.proc.Done <- err // for the cleanup
 		t.Logf("killed the leader on %s", leader.name)
 		framework.Eventually(t, 30*time.Second, "a new leader", func() bool {
 			l, err := cs.CoordinationV1().Leases(r.ns).Get(t.Context(), uninstall.LeaderLeaseName(r.name), metav1.GetOptions{})

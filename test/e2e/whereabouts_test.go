@@ -22,7 +22,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -58,11 +60,11 @@ func installWhereabouts(t testing.TB, cp *controlplane.ControlPlane, cs kubernet
 	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	kubectl := tool(t, "kubectl")
+	kubectl := controlplane.Tool(t, "kubectl")
 	for _, f := range whereaboutsCRDs(t) {
-		runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", f)
+		framework.RunTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "-f", f)
 	}
-	runTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+	framework.RunTool(t, nil, kubectl, "--kubeconfig", cp.Kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/ippools.whereabouts.cni.cncf.io", "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io")
 }
 
@@ -94,7 +96,7 @@ func TestCNIDelWhereabouts(t *testing.T) {
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func TestCNIDelWhereabouts(t *testing.T) {
 		if strings.HasPrefix(name, "wb-lost-") {
 			p.net = broken
 		}
-		p.uid = createPod(t, cs, "default", name, "node-a")
+		p.uid = kubeobj.CreatePod(t, cs, "default", name, "node-a")
 		add(p)
 		pods = append(pods, p)
 	}

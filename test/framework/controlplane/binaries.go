@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // Versions of the binaries the harness runs. They must match the tools
@@ -53,6 +54,16 @@ func ToolsDir() string {
 		home = os.TempDir()
 	}
 	return filepath.Join(home, ".cache", "sweep", "tools")
+}
+
+// Tool returns Binary(name), failing the test when it is not built.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	path, err := Binary(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,

@@ -1,4 +1,4 @@
-package e2e
+package chart
 
 import (
 	"fmt"
@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
@@ -46,8 +48,8 @@ func typedObjects(t *testing.T, objs []*unstructured.Unstructured) []string {
 // renderFails renders with flags and checks that helm refuses, saying want.
 func renderFails(t *testing.T, want string, flags ...string) {
 	t.Helper()
-	args := append([]string{"template", chartRelease, chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}, flags...)
-	out, err := exec.Command(tool(t, "helm"), args...).CombinedOutput()
+	args := append([]string{"template", chartrender.Release, chartrender.Dir, "--namespace", chartrender.Namespace, "--kube-version", controlplane.KubeVersion}, flags...)
+	out, err := exec.Command(controlplane.Tool(t, "helm"), args...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("helm template %v: %v, want a failure saying %q:\n%s", flags, err, want, out)
 	}
@@ -67,14 +69,14 @@ func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container 
 
 // hasMount reports whether c has the volume mount m.
 func hasMount(c corev1.Container, m corev1.VolumeMount) bool {
-	return slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return equalJSON(vm, m) })
+	return slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return framework.EqualJSON(vm, m) })
 }
 
 // monitorEndpoint returns the first endpoint of the ServiceMonitor or
 // PodMonitor name, and its labels and namespace.
 func monitorEndpoint(t *testing.T, objs []*unstructured.Unstructured, kind, name string) (map[string]any, *unstructured.Unstructured) {
 	t.Helper()
-	m := findObject(t, objs, kind, name)
+	m := chartrender.Find(t, objs, kind, name)
 	field := map[string]string{"ServiceMonitor": "endpoints", "PodMonitor": "podMetricsEndpoints"}[kind]
 	eps, _, _ := unstructured.NestedSlice(m.Object, "spec", field)
 	if len(eps) != 1 {
@@ -95,7 +97,7 @@ func TestChartOperatorValues(t *testing.T) {
 	}{
 		{"daemon.pause: every daemon is started paused (issue 35)", []string{"--set", "daemon.pause=true"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, _ := daemonPod(t, objs, "rel-sweep")
+				spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep")
 				if c := container(t, spec, "sweepd"); !slices.Contains(c.Args, "--pause") {
 					t.Errorf("daemon args %v lack --pause", c.Args)
 				}
@@ -105,43 +107,43 @@ func TestChartOperatorValues(t *testing.T) {
 				if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceAccount" }) {
 					t.Errorf("a ServiceAccount with serviceAccount.create=false: %v", kinds(objs))
 				}
-				if spec, _ := daemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "foo" {
+				if spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "foo" {
 					t.Errorf("serviceAccountName = %q, want foo", spec.ServiceAccountName)
 				}
 				for _, b := range []struct{ kind, name string }{{"ClusterRoleBinding", "rel-sweep"}, {"RoleBinding", "rel-sweep-node-lease"}} {
 					var rb rbacv1.RoleBinding // a ClusterRoleBinding has the same subjects
-					if err := runtimeConvert(findObject(t, objs, b.kind, b.name).Object, &rb); err != nil {
+					if err := chartrender.Convert(chartrender.Find(t, objs, b.kind, b.name).Object, &rb); err != nil {
 						t.Fatal(err)
 					}
-					if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "foo", Namespace: chartNamespace}}; !equalJSON(rb.Subjects, want) {
+					if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "foo", Namespace: chartrender.Namespace}}; !framework.EqualJSON(rb.Subjects, want) {
 						t.Errorf("%s %s subjects %v, want %v", b.kind, b.name, rb.Subjects, want)
 					}
 				}
 			}},
 		{"serviceAccount.create=false without a name, no RBAC: the namespace's default", []string{"--set", "serviceAccount.create=false", "--set", "rbac.create=false"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				if spec, _ := daemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "default" {
+				if spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "default" {
 					t.Errorf("serviceAccountName = %q, want default", spec.ServiceAccountName)
 				}
 			}},
 		{"serviceAccount.name and automountServiceAccountToken: the ServiceAccount's", []string{"--set", "serviceAccount.name=sweeper", "--set", "serviceAccount.automountServiceAccountToken=true"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				var sa corev1.ServiceAccount
-				if err := runtimeConvert(findObject(t, objs, "ServiceAccount", "sweeper").Object, &sa); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "ServiceAccount", "sweeper").Object, &sa); err != nil {
 					t.Fatal(err)
 				}
 				if sa.AutomountServiceAccountToken == nil || !*sa.AutomountServiceAccountToken {
 					t.Errorf("ServiceAccount automountServiceAccountToken = %v, want true", sa.AutomountServiceAccountToken)
 				}
 				// The pod decides for itself: api liveness needs the token.
-				if spec, _ := daemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "sweeper" || spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+				if spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "sweeper" || spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
 					t.Errorf("pod serviceAccountName %q, automount %v; want sweeper, true", spec.ServiceAccountName, spec.AutomountServiceAccountToken)
 				}
 			}},
 		{"serviceAccount: the default ServiceAccount mounts no token for other pods", nil,
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				var sa corev1.ServiceAccount
-				if err := runtimeConvert(findObject(t, objs, "ServiceAccount", "rel-sweep").Object, &sa); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "ServiceAccount", "rel-sweep").Object, &sa); err != nil {
 					t.Fatal(err)
 				}
 				if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
@@ -150,14 +152,14 @@ func TestChartOperatorValues(t *testing.T) {
 			}},
 		{"uninstall names the ServiceAccount it adopts", []string{"--set", "uninstall.enabled=true", "--set", "serviceAccount.name=sweeper"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				if _, c := daemonPod(t, objs, "rel-sweep"); !slices.Contains(c.Args, "--sa-name=sweeper") {
+				if _, c := chartrender.DaemonPod(t, objs, "rel-sweep"); !slices.Contains(c.Args, "--sa-name=sweeper") {
 					t.Errorf("daemon args %v lack --sa-name=sweeper", c.Args)
 				}
-				if _, c := jobPod(t, objs, "rel-sweep-uninstall"); !slices.Contains(c.Args, "--sa-name=sweeper") {
+				if _, c := chartrender.JobPod(t, objs, "rel-sweep-uninstall"); !slices.Contains(c.Args, "--sa-name=sweeper") {
 					t.Errorf("hook args %v lack --sa-name=sweeper", c.Args)
 				}
 				for _, role := range []string{"rel-sweep", "rel-sweep-uninstall"} {
-					if rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "Role", role).Object, "rules"); !strings.Contains(fmt.Sprint(rules), "resourceNames:[sweeper] resources:[serviceaccounts]") {
+					if rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "Role", role).Object, "rules"); !strings.Contains(fmt.Sprint(rules), "resourceNames:[sweeper] resources:[serviceaccounts]") {
 						t.Errorf("Role %s rules %v: not on ServiceAccount sweeper", role, rules)
 					}
 				}
@@ -169,14 +171,14 @@ func TestChartOperatorValues(t *testing.T) {
 						t.Errorf("%s/%s with rbac.create=false", o.GetKind(), o.GetName())
 					}
 				}
-				if spec, _ := daemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "rel-sweep" {
+				if spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep"); spec.ServiceAccountName != "rel-sweep" {
 					t.Errorf("serviceAccountName = %q", spec.ServiceAccountName)
 				}
 			}},
 		{"image.registry: in front of a repository without one, instead of the repository's", []string{"--set", "image.registry=mirror.example", "--set", "uninstall.enabled=true"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				_, dc := daemonPod(t, objs, "rel-sweep")
-				_, jc := jobPod(t, objs, "rel-sweep-uninstall")
+				_, dc := chartrender.DaemonPod(t, objs, "rel-sweep")
+				_, jc := chartrender.JobPod(t, objs, "rel-sweep-uninstall")
 				for _, c := range []corev1.Container{dc, jc} {
 					if c.Image != "mirror.example/sweep-k8s/sweep:0.1.0" {
 						t.Errorf("%s image = %s, want mirror.example/sweep-k8s/sweep:0.1.0", c.Name, c.Image)
@@ -185,13 +187,13 @@ func TestChartOperatorValues(t *testing.T) {
 			}},
 		{"image.registry with a repository as prometheus-community's charts write it", []string{"--set", "image.registry=quay.example", "--set", "image.repository=sweep-k8s/sweep", "--set", "image.tag=v9"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				if _, c := daemonPod(t, objs, "rel-sweep"); c.Image != "quay.example/sweep-k8s/sweep:v9" {
+				if _, c := chartrender.DaemonPod(t, objs, "rel-sweep"); c.Image != "quay.example/sweep-k8s/sweep:v9" {
 					t.Errorf("image = %s", c.Image)
 				}
 			}},
 		{"global.imageRegistry wins over image.registry, for both images", []string{"--set", "image.registry=mirror.example", "--set", "global.imageRegistry=global.example", "--set", "kubeRBACProxy.enabled=true"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, c := daemonPod(t, objs, "rel-sweep")
+				spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 				if c.Image != "global.example/sweep-k8s/sweep:0.1.0" {
 					t.Errorf("image = %s", c.Image)
 				}
@@ -226,13 +228,13 @@ func TestChartOperatorValues(t *testing.T) {
 						}
 					}
 				}
-				if _, c := daemonPod(t, objs, "sweep-all"); !slices.Contains(c.Args, "--self-namespace=other") {
+				if _, c := chartrender.DaemonPod(t, objs, "sweep-all"); !slices.Contains(c.Args, "--self-namespace=other") {
 					t.Errorf("daemon args %v lack --self-namespace=other", c.Args)
 				}
-				if _, c := jobPod(t, objs, "sweep-all-uninstall"); !slices.Contains(c.Args, "--namespace=other") {
+				if _, c := chartrender.JobPod(t, objs, "sweep-all-uninstall"); !slices.Contains(c.Args, "--namespace=other") {
 					t.Errorf("hook args %v lack --namespace=other", c.Args)
 				}
-				sel, _, _ := unstructured.NestedStringSlice(findObject(t, objs, "ServiceMonitor", "sweep-all").Object, "spec", "namespaceSelector", "matchNames")
+				sel, _, _ := unstructured.NestedStringSlice(chartrender.Find(t, objs, "ServiceMonitor", "sweep-all").Object, "spec", "namespaceSelector", "matchNames")
 				if !slices.Equal(sel, []string{"other"}) {
 					t.Errorf("ServiceMonitor selects namespaces %v, want [other]", sel)
 				}
@@ -243,7 +245,7 @@ func TestChartOperatorValues(t *testing.T) {
 			"--set-json", `extraVolumes=[{"name":"scratch","emptyDir":{}}]`,
 			"--set-json", `extraVolumeMounts=[{"name":"scratch","mountPath":"/scratch"}]`},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, c := daemonPod(t, objs, "rel-sweep")
+				spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 				if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
 					return v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "sweep-tls"
 				}) ||
@@ -260,10 +262,10 @@ func TestChartOperatorValues(t *testing.T) {
 			"--set-json", `networkPolicy.ingress=[{"from":[{"ipBlock":{"cidr":"192.0.2.0/24"}}],"ports":[{"port":9742}]}]`},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				var np networkingv1.NetworkPolicy
-				if err := runtimeConvert(findObject(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
 					t.Fatal(err)
 				}
-				if want := map[string]string{"app.kubernetes.io/name": "sweep", "app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "daemon"}; !equalJSON(np.Spec.PodSelector.MatchLabels, want) {
+				if want := map[string]string{"app.kubernetes.io/name": "sweep", "app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "daemon"}; !framework.EqualJSON(np.Spec.PodSelector.MatchLabels, want) {
 					t.Errorf("podSelector %v, want %v", np.Spec.PodSelector.MatchLabels, want)
 				}
 				if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Egress) != 0 {
@@ -287,7 +289,7 @@ func TestChartOperatorValues(t *testing.T) {
 			"--set-json", `networkPolicy.egress.apiServer=[{"ipBlock":{"cidr":"192.0.2.10/32"}}]`, "--set-json", "networkPolicy.egress.apiServerPorts=[6443,443]"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				var np networkingv1.NetworkPolicy
-				if err := runtimeConvert(findObject(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
 					t.Fatal(err)
 				}
 				if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Spec.Egress) != 1 {
@@ -301,7 +303,7 @@ func TestChartOperatorValues(t *testing.T) {
 		{"networkPolicy.egress with cri liveness: nothing to reach, everything denied", []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "daemon.liveness=cri"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
 				var np networkingv1.NetworkPolicy
-				if err := runtimeConvert(findObject(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "NetworkPolicy", "rel-sweep").Object, &np); err != nil {
 					t.Fatal(err)
 				}
 				if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Spec.Egress) != 0 {
@@ -336,7 +338,7 @@ func TestChartOperatorValues(t *testing.T) {
 				ep, m := monitorEndpoint(t, objs, "PodMonitor", "rel-sweep")
 				checkMonitor(t, ep, m, "monitoring", map[string]string{"release": "kube-prometheus-stack"})
 				sel, _, _ := unstructured.NestedStringMap(m.Object, "spec", "selector", "matchLabels")
-				if want := map[string]string{"app.kubernetes.io/name": "sweep", "app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "daemon"}; !equalJSON(sel, want) {
+				if want := map[string]string{"app.kubernetes.io/name": "sweep", "app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "daemon"}; !framework.EqualJSON(sel, want) {
 					t.Errorf("PodMonitor selector %v, want %v (not the hook's pod)", sel, want)
 				}
 				if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }) {
@@ -346,7 +348,7 @@ func TestChartOperatorValues(t *testing.T) {
 		{"kubeRBACProxy: the sidecar serves the port, sweepd listens on loopback", []string{"--set", "kubeRBACProxy.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
 			"--set", "kubeRBACProxy.extraArgs={--tls-min-version=VersionTLS13}"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, c := daemonPod(t, objs, "rel-sweep")
+				spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 				if !slices.Contains(c.Args, "--metrics-addr=127.0.0.1:9743") || len(c.Ports) != 0 {
 					t.Errorf("sweepd args %v, ports %v; want --metrics-addr=127.0.0.1:9743 and no port", c.Args, c.Ports)
 				}
@@ -357,7 +359,7 @@ func TestChartOperatorValues(t *testing.T) {
 				}
 				// kubectl exec ds/... -- /sweepd prune --from-daemon, as
 				// NOTES.txt says, runs in sweepd's container.
-				if a, _, _ := unstructured.NestedString(findObject(t, objs, "DaemonSet", "rel-sweep").Object, "spec", "template", "metadata", "annotations", "kubectl.kubernetes.io/default-container"); a != "sweepd" || spec.Containers[0].Name != "sweepd" {
+				if a, _, _ := unstructured.NestedString(chartrender.Find(t, objs, "DaemonSet", "rel-sweep").Object, "spec", "template", "metadata", "annotations", "kubectl.kubernetes.io/default-container"); a != "sweepd" || spec.Containers[0].Name != "sweepd" {
 					t.Errorf("default container %q, first container %s; want sweepd", a, spec.Containers[0].Name)
 				}
 				p := container(t, spec, "kube-rbac-proxy")
@@ -378,22 +380,22 @@ func TestChartOperatorValues(t *testing.T) {
 				}
 				// The proxy asks the API server, with the daemon's ServiceAccount.
 				var cr rbacv1.ClusterRole
-				if err := runtimeConvert(findObject(t, objs, "ClusterRole", "rel-sweep").Object, &cr); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, &cr); err != nil {
 					t.Fatal(err)
 				}
 				for _, want := range []rbacv1.PolicyRule{
 					{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 					{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 				} {
-					if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return equalJSON(r, want) }) {
+					if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return framework.EqualJSON(r, want) }) {
 						t.Errorf("ClusterRole rules %v lack %v", cr.Rules, want)
 					}
 				}
 				var reader rbacv1.ClusterRole
-				if err := runtimeConvert(findObject(t, objs, "ClusterRole", "rel-sweep-metrics-reader").Object, &reader); err != nil {
+				if err := chartrender.Convert(chartrender.Find(t, objs, "ClusterRole", "rel-sweep-metrics-reader").Object, &reader); err != nil {
 					t.Fatal(err)
 				}
-				if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; !equalJSON(reader.Rules, want) {
+				if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; !framework.EqualJSON(reader.Rules, want) {
 					t.Errorf("metrics reader rules %v, want %v", reader.Rules, want)
 				}
 				// The ServiceMonitor scrapes the proxy with Prometheus's token.
@@ -402,14 +404,14 @@ func TestChartOperatorValues(t *testing.T) {
 					fmt.Sprint(ep["tlsConfig"]) != "map[insecureSkipVerify:true]" || ep["port"] != "metrics" {
 					t.Errorf("ServiceMonitor endpoint %v, want https, Prometheus's token, the proxy's self-signed certificate", ep)
 				}
-				svc := findObject(t, objs, "Service", "rel-sweep-metrics")
+				svc := chartrender.Find(t, objs, "Service", "rel-sweep-metrics")
 				if ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports"); fmt.Sprint(ports[0].(map[string]any)["targetPort"]) != "metrics" {
 					t.Errorf("Service ports %v, want targetPort metrics (the proxy's)", ports)
 				}
 			}},
 		{"kubeRBACProxy with cri liveness: a token for the proxy alone", []string{"--set", "kubeRBACProxy.enabled=true", "--set", "daemon.liveness=cri"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, c := daemonPod(t, objs, "rel-sweep")
+				spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 				if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 					t.Error("the pod mounts a token with cri liveness")
 				}
@@ -425,7 +427,7 @@ func TestChartOperatorValues(t *testing.T) {
 					t.Fatalf("no projected token volume: %v", spec.Volumes)
 				}
 				// The daemon's ClusterRole has the proxy's reviews and nothing else.
-				rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+				rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
 				if len(rules) != 2 {
 					t.Errorf("ClusterRole rules %v, want the two reviews only", rules)
 				}
@@ -434,7 +436,7 @@ func TestChartOperatorValues(t *testing.T) {
 			"--set", "kubeRBACProxy.tls.caItem=ca.crt", "--set", "metrics.serviceMonitor.enabled=true",
 			"--set-json", `metrics.serviceMonitor.tlsConfig={"serverName":"sweep-metrics","ca":{"secret":{"name":"sweep-metrics-tls","key":"ca.crt"}}}`},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				spec, _ := daemonPod(t, objs, "rel-sweep")
+				spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep")
 				p := container(t, spec, "kube-rbac-proxy")
 				for _, want := range []string{"--tls-cert-file=/etc/kube-rbac-proxy/tls/tls.crt", "--tls-private-key-file=/etc/kube-rbac-proxy/tls/tls.key", "--client-ca-file=/etc/kube-rbac-proxy/tls/ca.crt"} {
 					if !slices.Contains(p.Args, want) {
@@ -464,7 +466,7 @@ func TestChartOperatorValues(t *testing.T) {
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			objs := decodeObjects(t, renderChart(t, c.flags...))
+			objs := chartrender.Decode(t, chartrender.Render(t, c.flags...))
 			for _, k := range typedObjects(t, objs) {
 				if k != "ServiceMonitor" && k != "PodMonitor" && k != "PrometheusRule" {
 					t.Errorf("rendered a %s, which is neither a Kubernetes kind nor the Prometheus Operator's", k)
@@ -495,8 +497,8 @@ func checkMonitor(t *testing.T, ep map[string]any, m *unstructured.Unstructured,
 		t.Errorf("%s in namespace %q, want %q", m.GetKind(), m.GetNamespace(), ns)
 	}
 	// It still looks for the daemons in the release's namespace.
-	if sel, _, _ := unstructured.NestedStringSlice(m.Object, "spec", "namespaceSelector", "matchNames"); !slices.Equal(sel, []string{chartNamespace}) {
-		t.Errorf("%s selects namespaces %v, want [%s]", m.GetKind(), sel, chartNamespace)
+	if sel, _, _ := unstructured.NestedStringSlice(m.Object, "spec", "namespaceSelector", "matchNames"); !slices.Equal(sel, []string{chartrender.Namespace}) {
+		t.Errorf("%s selects namespaces %v, want [%s]", m.GetKind(), sel, chartrender.Namespace)
 	}
 	for k, v := range labels {
 		if m.GetLabels()[k] != v {
@@ -528,21 +530,21 @@ func checkMonitor(t *testing.T, ep map[string]any, m *unstructured.Unstructured,
 func TestChartKubeRBACProxyRights(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	for _, ns := range []string{chartNamespace, "monitoring"} {
+	for _, ns := range []string{chartrender.Namespace, "monitoring"} {
 		if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	kubectl := tool(t, "kubectl")
+	kubectl := controlplane.Tool(t, "kubectl")
 	// The RBAC of two renders: with the proxy (liveness cri, so that its
 	// rights are the only ones) and, as another release, without it.
-	for _, r := range []struct{ release, flags string }{{chartRelease, "--set=kubeRBACProxy.enabled=true,daemon.liveness=cri"}, {"plain", ""}} {
-		args := []string{"template", r.release, chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion, "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"}
+	for _, r := range []struct{ release, flags string }{{chartrender.Release, "--set=kubeRBACProxy.enabled=true,daemon.liveness=cri"}, {"plain", ""}} {
+		args := []string{"template", r.release, chartrender.Dir, "--namespace", chartrender.Namespace, "--kube-version", controlplane.KubeVersion, "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"}
 		if r.flags != "" {
 			args = append(args, r.flags)
 		}
-		manifest := runTool(t, nil, tool(t, "helm"), args...)
-		runTool(t, strings.NewReader(manifest), kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "--validate=strict", "-f", "-")
+		manifest := framework.RunTool(t, nil, controlplane.Tool(t, "helm"), args...)
+		framework.RunTool(t, strings.NewReader(manifest), kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "--validate=strict", "-f", "-")
 	}
 	// Prometheus's ServiceAccount, bound to the metrics reader role as
 	// NOTES.txt says, and another one that is not.
@@ -571,8 +573,8 @@ func TestChartKubeRBACProxyRights(t *testing.T) {
 	as := func(sa string) kubernetes.Interface {
 		cfg := rest.CopyConfig(cp.Config)
 		cfg.Impersonate = rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + chartNamespace + ":" + sa,
-			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"},
+			UserName: "system:serviceaccount:" + chartrender.Namespace + ":" + sa,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + chartrender.Namespace, "system:authenticated"},
 		}
 		c, err := kubernetes.NewForConfig(cfg)
 		if err != nil {

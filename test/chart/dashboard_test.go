@@ -1,4 +1,4 @@
-package e2e
+package chart
 
 import (
 	"bytes"
@@ -19,12 +19,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
 	"github.com/sweep-k8s/sweep/test/framework/multuscache"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 )
 
 // dashboardFile is the dashboard the chart ships.
-const dashboardFile = chartDir + "/dashboards/sweep.json"
+const dashboardFile = chartrender.Dir + "/dashboards/sweep.json"
 
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
@@ -157,7 +160,7 @@ func TestChartGrafanaDashboard(t *testing.T) {
 		annotations map[string]string
 	}{
 		{name: "off by default", absent: true},
-		{name: "on", flags: []string{"--set", on}, namespace: chartNamespace,
+		{name: "on", flags: []string{"--set", on}, namespace: chartrender.Namespace,
 			labels: map[string]string{"grafana_dashboard": "1", "app.kubernetes.io/name": "sweep"}},
 		{name: "Grafana's namespace, folder annotation, extra labels", flags: []string{"--set", on,
 			"--set", "metrics.grafanaDashboard.namespace=monitoring",
@@ -171,19 +174,19 @@ func TestChartGrafanaDashboard(t *testing.T) {
 		{name: "the sidecar's label and value", flags: []string{"--set", on,
 			"--set", "metrics.grafanaDashboard.sidecarLabel=dashboards.example.com/load",
 			"--set", "metrics.grafanaDashboard.sidecarLabelValue=yes"},
-			namespace: chartNamespace, labels: map[string]string{"dashboards.example.com/load": "yes"}},
+			namespace: chartrender.Namespace, labels: map[string]string{"dashboards.example.com/load": "yes"}},
 		// A number from --set is the label's string.
 		{name: "numeric label value", flags: []string{"--set", on, "--set", "metrics.grafanaDashboard.sidecarLabelValue=2"},
-			namespace: chartNamespace, labels: map[string]string{"grafana_dashboard": "2"}},
+			namespace: chartrender.Namespace, labels: map[string]string{"grafana_dashboard": "2"}},
 		// Extra labels cannot unset what makes the sidecar load it, nor the
 		// chart's own labels.
 		{name: "labels do not override the sidecar's or the chart's", flags: []string{"--set", on,
 			"--set-string", "metrics.grafanaDashboard.labels.grafana_dashboard=0",
 			"--set", "metrics.grafanaDashboard.labels.app\\.kubernetes\\.io/name=other"},
-			namespace: chartNamespace, labels: map[string]string{"grafana_dashboard": "1", "app.kubernetes.io/name": "sweep"}},
+			namespace: chartrender.Namespace, labels: map[string]string{"grafana_dashboard": "1", "app.kubernetes.io/name": "sweep"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			objs := decodeObjects(t, renderChart(t, c.flags...))
+			objs := chartrender.Decode(t, chartrender.Render(t, c.flags...))
 			var cms []string
 			for _, o := range objs {
 				if o.GetKind() == "ConfigMap" {
@@ -196,7 +199,7 @@ func TestChartGrafanaDashboard(t *testing.T) {
 				}
 				return
 			}
-			cm := findObject(t, objs, "ConfigMap", "rel-sweep-dashboard")
+			cm := chartrender.Find(t, objs, "ConfigMap", "rel-sweep-dashboard")
 			if cm.GetNamespace() != c.namespace {
 				t.Errorf("namespace %q, want %q", cm.GetNamespace(), c.namespace)
 			}
@@ -231,7 +234,7 @@ func TestChartGrafanaDashboard(t *testing.T) {
 			"metrics.grafanaDashboard.namespace=Monitoring", // not a namespace name
 			"metrics.grafanaDashboard.folder=Networking",    // a typo of annotations
 		} {
-			out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 				"--set", on, "--set", set).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "schema") {
 				t.Errorf("--set %s: %v, want a schema error:\n%s", set, err, out)
@@ -297,14 +300,14 @@ func TestDashboardQueries(t *testing.T) {
 
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	ensureServiceAccount(t, cs, "default")
+	kubeobj.EnsureServiceAccount(t, cs, "default")
 	const node = "node-a"
 	dir := filepath.Join(t.TempDir(), "multus")
 	old := time.Now().Add(-time.Hour)
 	// A live pod's files, kept, and a deleted pod's, removed: the kept and
 	// stale panels then have reasons to show.
 	for name, uid := range map[string]string{
-		"live":  createPod(t, cs, "default", "live", node),
+		"live":  kubeobj.CreatePod(t, cs, "default", "live", node),
 		"stale": "6f1c2a3e-0000-4000-8000-00000000dead",
 	} {
 		if _, err := multuscache.Sandbox(dir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: name, UID: uid}, multuscache.DefaultAttachments(), old); err != nil {
@@ -319,12 +322,12 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	// A run every second, so that every rate in the dashboard has runs in
 	// its window.
-	sweepd := startDaemon(t, cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir, "--runtime-cache-dir="+runtimeDir,
+	sweepd := sweepdproc.Start(t, cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir, "--runtime-cache-dir="+runtimeDir,
 		"--schedule=@every 1s", "--prune-on-start")
-	framework.Eventually(t, 30*time.Second, "a prune run", func() bool { return sweepd.metric(t, "sweep_prune_last_run_timestamp_seconds") > 0 })
+	framework.Eventually(t, 30*time.Second, "a prune run", func() bool { return sweepd.Metric(t, "sweep_prune_last_run_timestamp_seconds") > 0 })
 	// The node label, as the chart's ServiceMonitor sets it from the pod's
 	// node.
-	prom := framework.StartPrometheus(t, map[string]string{"node": node}, strings.TrimPrefix(sweepd.base, "http://"))
+	prom := framework.StartPrometheus(t, map[string]string{"node": node}, strings.TrimPrefix(sweepd.URL, "http://"))
 
 	// One deadline for every query: they wait for the same scrapes.
 	deadline := time.Now().Add(60 * time.Second)

@@ -1,4 +1,4 @@
-package e2e
+package release
 
 import (
 	"archive/tar"
@@ -29,6 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/ocirelease"
 )
@@ -189,7 +191,7 @@ func TestReleasePublish(t *testing.T) {
 	})
 
 	t.Run("the chart from oci://", func(t *testing.T) {
-		helm := tool(t, "helm")
+		helm := controlplane.Tool(t, "helm")
 		chartRef := "oci://" + p.Chart
 		env := helmEnv(t)
 		var meta struct{ Name, Version, AppVersion string }
@@ -205,7 +207,7 @@ func TestReleasePublish(t *testing.T) {
 			t.Errorf("helm pull: %s, want the digest %s", out, p.ChartDigest)
 		}
 		manifest := runEnv(t, env, helm, "template", "rel", filepath.Join(dir, "sweep-"+p.Tag+".tgz"), "--kube-version", controlplane.KubeVersion)
-		_, c := daemonPod(t, decodeObjects(t, manifest), "rel-sweep")
+		_, c := chartrender.DaemonPod(t, chartrender.Decode(t, manifest), "rel-sweep")
 		if want := "ghcr.io/" + ocirelease.ImageRepository + ":" + p.Tag; c.Image != want {
 			t.Errorf("the chart installs %s, want %s", c.Image, want)
 		}
@@ -224,10 +226,10 @@ func TestReleasePublish(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range im.Manifests {
-			runTool(t, nil, cosign, append(append([]string{"verify"}, verifyKey(t, key.Public)...), p.Image+"@"+m.Digest.String())...)
+			framework.RunTool(t, nil, cosign, append(append([]string{"verify"}, verifyKey(t, key.Public)...), p.Image+"@"+m.Digest.String())...)
 		}
 		// The SBOMs: one per platform, each the release archive's.
-		out := runTool(t, nil, cosign, append(append([]string{"verify-attestation"}, verifyKey(t, key.Public)...), "--type", "cyclonedx", p.Image+":"+p.Tag)...)
+		out := framework.RunTool(t, nil, cosign, append(append([]string{"verify-attestation"}, verifyKey(t, key.Public)...), "--type", "cyclonedx", p.Image+":"+p.Tag)...)
 		var archs []string
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var env struct{ Payload string }
@@ -459,5 +461,5 @@ func equalJSONBytes(t *testing.T, a, b []byte) bool {
 	if err := json.Unmarshal(b, &vb); err != nil {
 		t.Fatal(err)
 	}
-	return equalJSON(va, vb)
+	return framework.EqualJSON(va, vb)
 }

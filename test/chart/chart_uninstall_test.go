@@ -1,4 +1,4 @@
-package e2e
+package chart
 
 import (
 	"bufio"
@@ -12,18 +12,18 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/eagerproxy"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -43,28 +43,11 @@ uninstall:
     - {group: "", version: v1, resource: configmaps, name: multus-leftover, namespace: kube-system}
 `
 
-// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
-// ServiceAccount ns/name, with a token from the TokenRequest API.
-func serviceAccountKubeconfig(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.Interface, ns, name string) string {
-	t.Helper()
-	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tok.Status.Token
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if err := controlplane.WriteKubeconfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 	t.Helper()
 	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 	var c corev1.Container
-	if err := runtimeConvert(cs[0].(map[string]any), &c); err != nil {
+	if err := chartrender.Convert(cs[0].(map[string]any), &c); err != nil {
 		t.Fatal(err)
 	}
 	return c.Args
@@ -90,13 +73,13 @@ func TestChartUninstallFlowEager(t *testing.T) { chartUninstallFlow(t, true) }
 func chartUninstallFlow(t *testing.T, eager bool) {
 	cp := controlplane.Start(t, controlplane.WithControllerManager())
 	cs := cp.Clientset(t)
-	ensureNode(t, cs, "node-a")
+	kubeobj.EnsureNode(t, cs, "node-a")
 	ctx := t.Context()
-	kubectl := tool(t, "kubectl")
+	kubectl := controlplane.Tool(t, "kubectl")
 	k := func(stdin string, args ...string) string {
-		return runTool(t, strings.NewReader(stdin), kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+		return framework.RunTool(t, strings.NewReader(stdin), kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartrender.Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// What the uninstall deletes.
@@ -126,8 +109,8 @@ metadata: {name: bystander, namespace: kube-system}
 	if err := os.WriteFile(values, []byte(chartUninstallValues), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	manifest := renderChart(t, "--values", values)
-	objs := decodeObjects(t, manifest)
+	manifest := chartrender.Render(t, "--values", values)
+	objs := chartrender.Decode(t, manifest)
 	// Everything but the hook Job, which the test runs itself.
 	var apply []string
 	for _, doc := range strings.Split(manifest, "\n---\n") {
@@ -153,7 +136,7 @@ metadata: {name: bystander, namespace: kube-system}
 
 	// The daemon, with the DaemonSet's args but local paths.
 	var args []string
-	for _, a := range containerArgs(t, findObject(t, objs, "DaemonSet", "sweep-e2e")) {
+	for _, a := range containerArgs(t, chartrender.Find(t, objs, "DaemonSet", "sweep-e2e")) {
 		switch {
 		case a == "daemon", strings.HasPrefix(a, "--metrics-addr="), strings.HasPrefix(a, "--log-level="), strings.HasPrefix(a, "--log-format="):
 		case strings.HasPrefix(a, "--multus-dir="):
@@ -168,8 +151,8 @@ metadata: {name: bystander, namespace: kube-system}
 	}
 	args = append(args, "--allowed-root="+filepath.Join(root, "host"), "--node-name=node-a")
 	t.Setenv("POD_NAME", "sweep-e2e-abcde")
-	t.Setenv("POD_NAMESPACE", chartNamespace)
-	daemonKC := serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e")
+	t.Setenv("POD_NAMESPACE", chartrender.Namespace)
+	daemonKC := kubeobj.Kubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e")
 	var proxy *eagerproxy.Proxy
 	if eager {
 		obj := func(gvr schema.GroupVersionResource, ns, name string) eagerproxy.Object {
@@ -177,38 +160,38 @@ metadata: {name: bystander, namespace: kube-system}
 		}
 		proxy = eagerproxy.Start(t, eagerproxy.Options{
 			Upstream:       cp.Config,
-			ServiceAccount: obj(gvrSA, chartNamespace, "sweep-e2e"),
-			Tracked:        []eagerproxy.Object{obj(gvrDS, chartNamespace, "sweep-e2e")},
+			ServiceAccount: obj(kubeobj.ServiceAccounts, chartrender.Namespace, "sweep-e2e"),
+			Tracked:        []eagerproxy.Object{obj(kubeobj.DaemonSets, chartrender.Namespace, "sweep-e2e")},
 			Grants: []eagerproxy.Grant{
-				{Role: obj(gvrR, chartNamespace, "sweep-e2e"), Binding: obj(gvrRB, chartNamespace, "sweep-e2e")},
-				{Role: obj(gvrCR, "", "sweep-e2e"), Binding: obj(gvrCRB, "", "sweep-e2e")},
-				{Role: obj(gvrCR, "", "sweep-e2e-resources"), Binding: obj(gvrCRB, "", "sweep-e2e-resources")},
+				{Role: obj(kubeobj.Roles, chartrender.Namespace, "sweep-e2e"), Binding: obj(kubeobj.RoleBindings, chartrender.Namespace, "sweep-e2e")},
+				{Role: obj(kubeobj.ClusterRoles, "", "sweep-e2e"), Binding: obj(kubeobj.ClusterRoleBindings, "", "sweep-e2e")},
+				{Role: obj(kubeobj.ClusterRoles, "", "sweep-e2e-resources"), Binding: obj(kubeobj.ClusterRoleBindings, "", "sweep-e2e-resources")},
 			},
 		})
 		daemonKC = filepath.Join(t.TempDir(), "eager.kubeconfig")
-		if err := controlplane.WriteKubeconfig(daemonKC, proxy.Config(saToken(t, cs, chartNamespace, "sweep-e2e", nil))); err != nil {
+		if err := controlplane.WriteKubeconfig(daemonKC, proxy.Config(kubeobj.Token(t, cs, chartrender.Namespace, "sweep-e2e", nil))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemon(t, daemonKC, args...)
-	framework.Eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.get("/readyz"); return code == 200 })
+	d := sweepdproc.Start(t, daemonKC, args...)
+	framework.Eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 
 	// The hook, with the Job's args and the hook ConfigMap as its source.
 	source := t.TempDir()
-	data, _, _ := unstructured.NestedStringMap(findObject(t, objs, "ConfigMap", "sweep-e2e-uninstall").Object, "data")
+	data, _, _ := unstructured.NestedStringMap(chartrender.Find(t, objs, "ConfigMap", "sweep-e2e-uninstall").Object, "data")
 	for name, content := range data {
 		if err := os.WriteFile(filepath.Join(source, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var hookArgs []string
-	for _, a := range containerArgs(t, findObject(t, objs, "Job", "sweep-e2e-uninstall")) {
+	for _, a := range containerArgs(t, chartrender.Find(t, objs, "Job", "sweep-e2e-uninstall")) {
 		if strings.HasPrefix(a, "--source-dir=") {
 			a = "--source-dir=" + source
 		}
 		hookArgs = append(hookArgs, a)
 	}
-	hookArgs = append(hookArgs, "--kubeconfig="+serviceAccountKubeconfig(t, cp, cs, chartNamespace, "sweep-e2e-uninstall"))
+	hookArgs = append(hookArgs, "--kubeconfig="+kubeobj.Kubeconfig(t, cp, cs, chartrender.Namespace, "sweep-e2e-uninstall"))
 	hook := exec.Command(testbin.Build(t, "./cmd/sweepd"), hookArgs...)
 	var hookOut strings.Builder
 	hook.Stdout, hook.Stderr = &hookOut, &hookOut
@@ -230,7 +213,7 @@ metadata: {name: bystander, namespace: kube-system}
 	// Play the kubelet: project the cleanup ConfigMap into the daemon's
 	// directory, with /host as the node's root.
 	framework.Eventually(t, 30*time.Second, "the cleanup ConfigMap", func() bool {
-		cm, err := cs.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "sweep-e2e-cleanup", metav1.GetOptions{})
+		cm, err := cs.CoreV1().ConfigMaps(chartrender.Namespace).Get(ctx, "sweep-e2e-cleanup", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -272,12 +255,12 @@ metadata: {name: bystander, namespace: kube-system}
 		t.Errorf("CRD widgets.example.com still there: %s", out)
 	}
 	framework.Eventually(t, 30*time.Second, "the daemon's DaemonSet and RBAC to be gone", func() bool {
-		_, e1 := cs.AppsV1().DaemonSets(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e1 := cs.AppsV1().DaemonSets(chartrender.Namespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
 		_, e2 := cs.RbacV1().ClusterRoles().Get(ctx, "sweep-e2e", metav1.GetOptions{})
 		_, e3 := cs.RbacV1().ClusterRoleBindings().Get(ctx, "sweep-e2e", metav1.GetOptions{})
-		_, e4 := cs.CoreV1().ServiceAccounts(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
-		_, e5 := cs.RbacV1().Roles(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
-		_, e6 := cs.RbacV1().RoleBindings(chartNamespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e4 := cs.CoreV1().ServiceAccounts(chartrender.Namespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e5 := cs.RbacV1().Roles(chartrender.Namespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
+		_, e6 := cs.RbacV1().RoleBindings(chartrender.Namespace).Get(ctx, "sweep-e2e", metav1.GetOptions{})
 		return gone(e1) && gone(e2) && gone(e3) && gone(e4) && gone(e5) && gone(e6)
 	})
 
@@ -310,7 +293,7 @@ metadata: {name: bystander, namespace: kube-system}
 		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" {
 			continue
 		}
-		if strings.HasPrefix(ev.User.Username, "system:serviceaccount:"+chartNamespace+":sweep-e2e") {
+		if strings.HasPrefix(ev.User.Username, "system:serviceaccount:"+chartrender.Namespace+":sweep-e2e") {
 			events = append(events, ev)
 		}
 	}
@@ -327,7 +310,7 @@ metadata: {name: bystander, namespace: kube-system}
 	used := map[string]bool{}
 	for _, ev := range events {
 		requests[ev.User.Username]++
-		used[strings.TrimPrefix(ev.User.Username, "system:serviceaccount:"+chartNamespace+":")+" "+ev.Verb+" "+strings.Split(ev.RequestURI, "?")[0]] = true
+		used[strings.TrimPrefix(ev.User.Username, "system:serviceaccount:"+chartrender.Namespace+":")+" "+ev.Verb+" "+strings.Split(ev.RequestURI, "?")[0]] = true
 		if ev.ResponseStatus.Code != 403 {
 			continue
 		}

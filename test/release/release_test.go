@@ -1,4 +1,4 @@
-package e2e
+package release
 
 import (
 	"archive/tar"
@@ -19,6 +19,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sweep-k8s/sweep/test/framework"
 )
 
 // TestReleaseArchives runs hack/release.sh (make release) for this machine's
@@ -215,7 +217,7 @@ func checkSBOM(t *testing.T, dist, archive string, listed map[string]string, bin
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("%s lists %d modules, the binary links %d:\n%s", name, len(got), len(want), lineDiff(strings.Join(got, "\n"), strings.Join(want, "\n")))
+		t.Errorf("%s lists %d modules, the binary links %d:\n%s", name, len(got), len(want), framework.LineDiff(strings.Join(got, "\n"), strings.Join(want, "\n")))
 	}
 }
 

@@ -1,4 +1,4 @@
-package e2e
+package chart
 
 import (
 	"bytes"
@@ -21,82 +21,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 )
 
 const (
-	chartDir       = "../../charts/sweep"
 	chartAllValues = "../../charts/sweep/ci/all-values.yaml"
 	// chartOperatorValues holds the values operators bring from
 	// prometheus-community's charts (kube-rbac-proxy, a PodMonitor, ...).
 	chartOperatorValues = "../../charts/sweep/ci/operator-values.yaml"
-	chartRelease        = "rel"
-	chartNamespace      = "sweep-system"
 )
-
-func tool(t testing.TB, name string) string {
-	t.Helper()
-	path, err := controlplane.Binary(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// runTool runs a command and returns its stdout; it fails the test, with
-// stderr, when the command fails.
-func runTool(t testing.TB, stdin io.Reader, name string, args ...string) string {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String()
-}
-
-// renderChart runs helm template with extra helm flags (--values,
-// --set). The Kubernetes version is explicit: helm built from the module
-// proxy lacks the one its release builds set, and would assume 1.20, below
-// the chart's kubeVersion.
-func renderChart(t *testing.T, flags ...string) string {
-	t.Helper()
-	args := append([]string{"template", chartRelease, chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}, flags...)
-	return runTool(t, nil, tool(t, "helm"), args...)
-}
-
-func decodeObjects(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decode the rendered chart: %v", err)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-}
-
-func findObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	t.Fatalf("no %s %s in the rendered chart", kind, name)
-	return nil
-}
 
 func kinds(objs []*unstructured.Unstructured) []string {
 	var ks []string
@@ -108,13 +45,13 @@ func kinds(objs []*unstructured.Unstructured) []string {
 }
 
 func TestChartLint(t *testing.T) {
-	helm := tool(t, "helm")
+	helm := controlplane.Tool(t, "helm")
 	for _, values := range [][]string{nil, {chartAllValues}, {chartOperatorValues}} {
-		args := []string{"lint", "--strict", chartDir, "--namespace", chartNamespace, "--kube-version", controlplane.KubeVersion}
+		args := []string{"lint", "--strict", chartrender.Dir, "--namespace", chartrender.Namespace, "--kube-version", controlplane.KubeVersion}
 		for _, f := range values {
 			args = append(args, "--values", f)
 		}
-		out := runTool(t, nil, helm, args...)
+		out := framework.RunTool(t, nil, helm, args...)
 		if strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
 			t.Errorf("helm %s:\n%s", strings.Join(args, " "), out)
 		}
@@ -124,7 +61,7 @@ func TestChartLint(t *testing.T) {
 // TestChartSchemaRejects checks that values.schema.json catches mistakes
 // before anything reaches the cluster.
 func TestChartSchemaRejects(t *testing.T) {
-	helm := tool(t, "helm")
+	helm := controlplane.Tool(t, "helm")
 	for _, set := range []string{
 		"daemon.shedule=@hourly",               // typo: additionalProperties false
 		"daemon.minAge=15",                     // not a duration
@@ -152,7 +89,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		"extraVolumeMount[0].name=x",
 		"daemon.extraVolumeMounts[0].mountpath=/x",
 	} {
-		cmd := exec.Command(helm, "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", set)
+		cmd := exec.Command(helm, "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion, "--set", set)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Errorf("--set %s: rendered, want a schema error", set)
@@ -166,7 +103,7 @@ func TestChartSchemaRejects(t *testing.T) {
 // runs, with which rights, and the contract with sweepd uninstall.
 func TestChartRender(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
-		objs := decodeObjects(t, renderChart(t))
+		objs := chartrender.Decode(t, chartrender.Render(t))
 		want := []string{
 			"ClusterRole/rel-sweep", "ClusterRoleBinding/rel-sweep", "DaemonSet/rel-sweep",
 			"Role/rel-sweep-node-lease", "RoleBinding/rel-sweep-node-lease",
@@ -185,7 +122,7 @@ func TestChartRender(t *testing.T) {
 		}
 		// Reading pods and its Node, and creating the Events of its runs on
 		// the Node, are the daemon's only rights without uninstall.
-		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+		rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
 		read := func(resource string) string {
 			return fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{resource}, "verbs": []any{"get", "list", "watch"}})
 		}
@@ -194,10 +131,10 @@ func TestChartRender(t *testing.T) {
 			t.Errorf("daemon ClusterRole rules = %v, want get/list/watch pods and nodes, create events.k8s.io events only", rules)
 		}
 
-		ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+		ds := chartrender.Find(t, objs, "DaemonSet", "rel-sweep")
 		pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
 		var spec corev1.PodSpec
-		if err := runtimeConvert(pod, &spec); err != nil {
+		if err := chartrender.Convert(pod, &spec); err != nil {
 			t.Fatal(err)
 		}
 		c := spec.Containers[0]
@@ -274,7 +211,7 @@ func TestChartRender(t *testing.T) {
 	})
 
 	t.Run("runtime cache", func(t *testing.T) {
-		spec, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results")), "rel-sweep")
+		spec, c := chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results")), "rel-sweep")
 		if !slices.Contains(c.Args, "--runtime-cache-dir=/var/lib/cni/results") {
 			t.Errorf("daemon args %v lack --runtime-cache-dir", c.Args)
 		}
@@ -284,12 +221,12 @@ func TestChartRender(t *testing.T) {
 		}
 		// Its DELs are the pods' primary network's: only with the
 		// runtime's word that the sandbox is gone.
-		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+		out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 			"--set", "daemon.runtimeCacheDir=/var/lib/cni/results", "--set", "cniDel.enabled=true").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "set daemon.liveness to cri or both") {
 			t.Errorf("runtimeCacheDir with cniDel and api liveness rendered: %v\n%s", err, out)
 		}
-		_, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results",
+		_, c = chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.runtimeCacheDir=/var/lib/cni/results",
 			"--set", "cniDel.enabled=true", "--set", "daemon.liveness=both")), "rel-sweep")
 		if !slices.Contains(c.Args, "--cni-del") {
 			t.Errorf("daemon args %v lack --cni-del", c.Args)
@@ -297,8 +234,8 @@ func TestChartRender(t *testing.T) {
 	})
 
 	t.Run("cri liveness, not reboot-aware", func(t *testing.T) {
-		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "daemon.rebootAware=false"))
-		spec, c := daemonPod(t, objs, "rel-sweep")
+		objs := chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=cri", "--set", "daemon.rebootAware=false"))
+		spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 		for _, want := range []string{"--liveness=cri", "--cri-endpoint=unix:///run/containerd/containerd.sock", "--reboot-aware=false"} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("daemon args %v lack %s", c.Args, want)
@@ -316,13 +253,13 @@ func TestChartRender(t *testing.T) {
 		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 			t.Error("service account token mounted with cri liveness")
 		}
-		if rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules"); len(rules) != 0 {
+		if rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, "rules"); len(rules) != 0 {
 			t.Errorf("ClusterRole rules %v with cri liveness, want none", rules)
 		}
 		if kinds := kinds(objs); slices.Contains(kinds, "Role/rel-sweep-node-lease") {
 			t.Errorf("objects %v: a Role to read node Leases with cri liveness", kinds)
 		}
-		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+		out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 			"--set", "daemon.liveness=cri", "--set", "uninstall.enabled=true").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "uninstall.enabled needs it") {
 			t.Errorf("cri liveness with uninstall.enabled rendered: %v\n%s", err, out)
@@ -344,7 +281,7 @@ func TestChartRender(t *testing.T) {
 			}
 			return ms
 		}
-		spec, c := daemonPod(t, decodeObjects(t, renderChart(t)), "rel-sweep")
+		spec, c := chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t)), "rel-sweep")
 		if !slices.Contains(c.Args, "--cni-conf-dir=/etc/cni/net.d") {
 			t.Errorf("daemon args %v lack --cni-conf-dir=/etc/cni/net.d", c.Args)
 		}
@@ -356,7 +293,7 @@ func TestChartRender(t *testing.T) {
 		// cniDel mounts the configuration directory read-only and the data
 		// directory read-write, hostLocalRelease a data directory
 		// read-write: each once, as they mount it.
-		spec, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "cniDel.enabled=true",
+		spec, c = chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=cri", "--set", "cniDel.enabled=true",
 			"--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={net1}",
 			"--set", "hostLocalRelease.dataDirs={/run/cni/networks}",
 			"--set", "hostLocalRanges.dataDirs={/var/lib/cni/networks,/run/cni/networks,/srv/ipam}")), "rel-sweep")
@@ -368,7 +305,7 @@ func TestChartRender(t *testing.T) {
 				t.Errorf("%s: mounts %+v, want one, read-only %t", m.dir, mounts(c, m.dir), m.readOnly)
 			}
 		}
-		spec, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "hostLocalRanges.enabled=false")), "rel-sweep")
+		spec, c = chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", "hostLocalRanges.enabled=false")), "rel-sweep")
 		if !slices.Contains(c.Args, "--cni-conf-dir=") {
 			t.Errorf("daemon args %v lack an empty --cni-conf-dir", c.Args)
 		}
@@ -383,10 +320,10 @@ func TestChartRender(t *testing.T) {
 	// mounted read-write once, one per network, and refused without the
 	// runtime's view or without the networks.
 	t.Run("hostLocalRelease", func(t *testing.T) {
-		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true",
+		objs := chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true",
 			"--set", "hostLocalRelease.dataDirs={/var/lib/cni/networks,/run/cni/networks}",
 			"--set", "hostLocalRelease.networks={k8s-pod-network,macvlan-conf}"))
-		spec, c := daemonPod(t, objs, "rel-sweep")
+		spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 		for _, n := range []string{"k8s-pod-network", "macvlan-conf"} {
 			if !slices.Contains(c.Args, "--release-host-local-network="+n) {
 				t.Errorf("daemon args %v lack --release-host-local-network=%s", c.Args, n)
@@ -402,9 +339,9 @@ func TestChartRender(t *testing.T) {
 		}
 		// With cniDel the default data directory is its hostPath already:
 		// mounted once.
-		objs = decodeObjects(t, renderChart(t, "--set", "daemon.liveness=cri", "--set", "hostLocalRelease.enabled=true",
+		objs = chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=cri", "--set", "hostLocalRelease.enabled=true",
 			"--set", "hostLocalRelease.networks={net1}", "--set", "cniDel.enabled=true"))
-		_, c = daemonPod(t, objs, "rel-sweep")
+		_, c = chartrender.DaemonPod(t, objs, "rel-sweep")
 		n := 0
 		for _, m := range c.VolumeMounts {
 			if m.MountPath == "/var/lib/cni/networks" {
@@ -414,25 +351,25 @@ func TestChartRender(t *testing.T) {
 		if n != 1 || !slices.Contains(c.Args, "--release-host-local-dir=/var/lib/cni/networks") {
 			t.Errorf("%d mounts of /var/lib/cni/networks, args %v", n, c.Args)
 		}
-		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+		out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 			"--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={net1}").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "set daemon.liveness to cri or both") {
 			t.Errorf("hostLocalRelease with api liveness rendered: %v\n%s", err, out)
 		}
 		// No network named: nothing would say which reservations are the
 		// pods' alone.
-		out, err = exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+		out, err = exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 			"--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "needs hostLocalRelease.networks") {
 			t.Errorf("hostLocalRelease without networks rendered: %v\n%s", err, out)
 		}
-		out, err = exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+		out, err = exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 			"--set", "daemon.liveness=both", "--set", "hostLocalRelease.enabled=true", "--set", "hostLocalRelease.networks={../podman}").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "/hostLocalRelease/networks/0") {
 			t.Errorf("a network name that is a path rendered: %v\n%s", err, out)
 		}
 		// Off by default: no flag.
-		_, c = daemonPod(t, decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both")), "rel-sweep")
+		_, c = chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=both")), "rel-sweep")
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--release-host-local-") }) {
 			t.Errorf("args %v without hostLocalRelease.enabled", c.Args)
 		}
@@ -449,18 +386,18 @@ func TestChartRender(t *testing.T) {
 			{"daemon.schedule=@every 30s", "more often than once a minute"},
 			{"daemon.schedule=@every -1m", "more often than once a minute"},
 		} {
-			out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion,
+			out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion,
 				"--set", tc.set).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) {
 				t.Errorf("--set %s: rendered or another error, want %q: %v\n%s", tc.set, tc.want, err, out)
 			}
-			_, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", tc.set, "--set", "daemon.allowShortIntervals=true")), "rel-sweep")
+			_, c := chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", tc.set, "--set", "daemon.allowShortIntervals=true")), "rel-sweep")
 			if !slices.Contains(c.Args, "--allow-short-intervals") {
 				t.Errorf("--set %s with allowShortIntervals: args %v", tc.set, c.Args)
 			}
 		}
 		for _, ok := range []string{"daemon.minAge=1m", "daemon.minAge=90s", "daemon.minAge=1h", "daemon.schedule=@every 1m", "daemon.schedule=*/5 * * * *"} {
-			if _, c := daemonPod(t, decodeObjects(t, renderChart(t, "--set", ok)), "rel-sweep"); slices.Contains(c.Args, "--allow-short-intervals") {
+			if _, c := chartrender.DaemonPod(t, chartrender.Decode(t, chartrender.Render(t, "--set", ok)), "rel-sweep"); slices.Contains(c.Args, "--allow-short-intervals") {
 				t.Errorf("--set %s: --allow-short-intervals without asking", ok)
 			}
 		}
@@ -469,8 +406,8 @@ func TestChartRender(t *testing.T) {
 	// The proofs that the views are this node's: the daemon's own pod UID,
 	// the right to read its Node, and the expected runtime when given.
 	t.Run("the daemon can prove its views", func(t *testing.T) {
-		objs := decodeObjects(t, renderChart(t, "--set", "daemon.liveness=both", "--set", "daemon.expectRuntime=cri-o"))
-		_, c := daemonPod(t, objs, "rel-sweep")
+		objs := chartrender.Decode(t, chartrender.Render(t, "--set", "daemon.liveness=both", "--set", "daemon.expectRuntime=cri-o"))
+		_, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 			return e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid"
 		}) {
@@ -479,32 +416,32 @@ func TestChartRender(t *testing.T) {
 		if !slices.Contains(c.Args, "--expect-runtime=cri-o") {
 			t.Errorf("args %v lack --expect-runtime=cri-o", c.Args)
 		}
-		rules, _, _ := unstructured.NestedSlice(findObject(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+		rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
 		if !strings.Contains(fmt.Sprint(rules), "resources:[nodes]") || !strings.Contains(fmt.Sprint(rules), "verbs:[get list watch]") {
 			t.Errorf("ClusterRole rules %v: no read of nodes", rules)
 		}
 	})
 
 	t.Run("liveness is checked", func(t *testing.T) {
-		out, err := exec.Command(tool(t, "helm"), "template", chartRelease, chartDir, "--kube-version", controlplane.KubeVersion, "--set", "daemon.liveness=kubelet").CombinedOutput()
+		out, err := exec.Command(controlplane.Tool(t, "helm"), "template", chartrender.Release, chartrender.Dir, "--kube-version", controlplane.KubeVersion, "--set", "daemon.liveness=kubelet").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "liveness") {
 			t.Fatalf("daemon.liveness=kubelet accepted: %v\n%s", err, out)
 		}
 	})
 
 	t.Run("all options", func(t *testing.T) {
-		objs := decodeObjects(t, renderChart(t, "--values", chartAllValues))
+		objs := chartrender.Decode(t, chartrender.Render(t, "--values", chartAllValues))
 		const name = "sweep-all"
-		ds := findObject(t, objs, "DaemonSet", name)
+		ds := chartrender.Find(t, objs, "DaemonSet", name)
 		containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 		var c corev1.Container
-		if err := runtimeConvert(containers[0].(map[string]any), &c); err != nil {
+		if err := chartrender.Convert(containers[0].(map[string]any), &c); err != nil {
 			t.Fatal(err)
 		}
 		// The contract with sweepd uninstall (issue 6).
 		for _, want := range []string{
 			"--cleanup-config-dir=/etc/sweep/cleanup", "--state-dir=/var/lib/sweep", "--self-gvr=apps/v1/daemonsets",
-			"--self-name=" + name, "--self-namespace=" + chartNamespace, "--sa-name=" + name,
+			"--self-name=" + name, "--self-namespace=" + chartrender.Namespace, "--sa-name=" + name,
 			"--cluster-role-name=" + name, "--cluster-role-binding-name=" + name,
 			"--role-name=" + name, "--role-binding-name=" + name, "--cleanup-barrier-timeout=120s", "--cleanup-file-globs=false",
 			"--liveness=both", "--cri-endpoint=unix:///var/run/crio/crio.sock", "--reboot-aware=true",
@@ -539,7 +476,7 @@ func TestChartRender(t *testing.T) {
 				t.Errorf("no %s from the downward API", env)
 			}
 		}
-		job := findObject(t, objs, "Job", name+"-uninstall")
+		job := chartrender.Find(t, objs, "Job", name+"-uninstall")
 		if job.GetAnnotations()["helm.sh/hook"] != "pre-delete" {
 			t.Errorf("uninstall Job hook = %q", job.GetAnnotations()["helm.sh/hook"])
 		}
@@ -548,13 +485,13 @@ func TestChartRender(t *testing.T) {
 			t.Errorf("uninstall Job command %s, want [/sweepd]", cmd)
 		}
 		jobArgs := fmt.Sprint(jobContainer["args"])
-		for _, want := range []string{"uninstall", "--namespace=" + chartNamespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m",
+		for _, want := range []string{"uninstall", "--namespace=" + chartrender.Namespace, "--configmap=" + name + "-cleanup", "--daemonset=" + name, "--source-dir=/etc/sweep/uninstall", "--timeout=8m",
 			"--sa-name=" + name, "--role-name=" + name, "--role-binding-name=" + name, "--cluster-role-name=" + name, "--cluster-role-binding-name=" + name} {
 			if !strings.Contains(jobArgs, want) {
 				t.Errorf("uninstall Job args %s lack %s", jobArgs, want)
 			}
 		}
-		cm := findObject(t, objs, "ConfigMap", name+"-uninstall")
+		cm := chartrender.Find(t, objs, "ConfigMap", name+"-uninstall")
 		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
 		if !strings.Contains(data["file-config.json"], "/host/opt/cni/bin/multus") || !strings.Contains(data["resource-config.json"], "network-attachment-definitions.k8s.cni.cncf.io") {
 			t.Errorf("uninstall ConfigMap data = %v", data)
@@ -581,7 +518,7 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 		check func(t *testing.T, objs []*unstructured.Unstructured)
 	}{
 		{"defaults: Linux, no virtual nodes, crash logs, history", nil, func(t *testing.T, objs []*unstructured.Unstructured) {
-			spec, c := daemonPod(t, objs, "rel-sweep")
+			spec, c := chartrender.DaemonPod(t, objs, "rel-sweep")
 			if want := map[string]string{"kubernetes.io/os": "linux"}; !maps.Equal(spec.NodeSelector, want) {
 				t.Errorf("nodeSelector = %v, want %v", spec.NodeSelector, want)
 			}
@@ -594,7 +531,7 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 			if spec.PriorityClassName != "system-node-critical" {
 				t.Errorf("priorityClassName = %q", spec.PriorityClassName)
 			}
-			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			ds := chartrender.Find(t, objs, "DaemonSet", "rel-sweep")
 			if n, _, _ := unstructured.NestedFieldNoCopy(ds.Object, "spec", "revisionHistoryLimit"); fmt.Sprint(n) != "10" {
 				t.Errorf("revisionHistoryLimit = %v, want 10", n)
 			}
@@ -603,15 +540,15 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 			}
 		}},
 		{"node selector and affinity can be dropped", []string{"--set", "nodeSelector=null", "--set", "affinity=null"}, func(t *testing.T, objs []*unstructured.Unstructured) {
-			spec, _ := daemonPod(t, objs, "rel-sweep")
+			spec, _ := chartrender.DaemonPod(t, objs, "rel-sweep")
 			if spec.NodeSelector != nil || spec.Affinity != nil {
 				t.Errorf("nodeSelector %v, affinity %v; want none", spec.NodeSelector, spec.Affinity)
 			}
 		}},
 		{"hook Job is scheduled like the daemons", []string{"--set", "uninstall.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
-			spec, c := jobPod(t, objs, "rel-sweep-uninstall")
-			ds, _ := daemonPod(t, objs, "rel-sweep")
-			if !equalJSON(spec.Tolerations, ds.Tolerations) || !maps.Equal(spec.NodeSelector, ds.NodeSelector) || !equalJSON(spec.Affinity, ds.Affinity) {
+			spec, c := chartrender.JobPod(t, objs, "rel-sweep-uninstall")
+			ds, _ := chartrender.DaemonPod(t, objs, "rel-sweep")
+			if !framework.EqualJSON(spec.Tolerations, ds.Tolerations) || !maps.Equal(spec.NodeSelector, ds.NodeSelector) || !framework.EqualJSON(spec.Affinity, ds.Affinity) {
 				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want the daemon's %v, %v, %v",
 					spec.Tolerations, spec.NodeSelector, spec.Affinity, ds.Tolerations, ds.NodeSelector, ds.Affinity)
 			}
@@ -621,11 +558,11 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 		}},
 		{"hook Job's own scheduling", []string{"--set", "uninstall.enabled=true", "--set-json", "uninstall.tolerations=[]",
 			"--set", "uninstall.nodeSelector.pool=system", "--set-json", `uninstall.affinity={}`}, func(t *testing.T, objs []*unstructured.Unstructured) {
-			spec, _ := jobPod(t, objs, "rel-sweep-uninstall")
+			spec, _ := chartrender.JobPod(t, objs, "rel-sweep-uninstall")
 			if len(spec.Tolerations) != 0 || !maps.Equal(spec.NodeSelector, map[string]string{"pool": "system"}) || spec.Affinity != nil {
 				t.Errorf("hook Job tolerations %v, nodeSelector %v, affinity %v; want none, pool=system, none", spec.Tolerations, spec.NodeSelector, spec.Affinity)
 			}
-			if ds, _ := daemonPod(t, objs, "rel-sweep"); len(ds.Tolerations) != 1 || ds.NodeSelector["kubernetes.io/os"] != "linux" {
+			if ds, _ := chartrender.DaemonPod(t, objs, "rel-sweep"); len(ds.Tolerations) != 1 || ds.NodeSelector["kubernetes.io/os"] != "linux" {
 				t.Errorf("the hook's values changed the daemon: %v, %v", ds.Tolerations, ds.NodeSelector)
 			}
 		}},
@@ -636,14 +573,14 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 					t.Errorf("%s/%s labels %v: want team=platform and app.kubernetes.io/name=sweep", o.GetKind(), o.GetName(), l)
 				}
 			}
-			ds := findObject(t, objs, "DaemonSet", "sweep-all")
+			ds := chartrender.Find(t, objs, "DaemonSet", "sweep-all")
 			sel, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "selector", "matchLabels")
 			if _, ok := sel["team"]; ok {
 				t.Errorf("selector %v has a common label: it is immutable", sel)
 			}
 			for _, kind := range []string{"DaemonSet", "Job"} {
 				name := map[string]string{"DaemonSet": "sweep-all", "Job": "sweep-all-uninstall"}[kind]
-				l, _, _ := unstructured.NestedStringMap(findObject(t, objs, kind, name).Object, "spec", "template", "metadata", "labels")
+				l, _, _ := unstructured.NestedStringMap(chartrender.Find(t, objs, kind, name).Object, "spec", "template", "metadata", "labels")
 				if l["team"] != "platform" {
 					t.Errorf("%s pod template labels %v lack team=platform", kind, l)
 				}
@@ -652,8 +589,8 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 		{"global registry and pull secrets", []string{"--values", chartAllValues, "--set", "global.imageRegistry=mirror.example:5000",
 			"--set", "global.imagePullSecrets[0]=mirror", "--set", "global.imagePullSecrets[1].name=registry-credentials"}, func(t *testing.T, objs []*unstructured.Unstructured) {
 			want := []corev1.LocalObjectReference{{Name: "registry-credentials"}, {Name: "mirror"}}
-			ds, dc := daemonPod(t, objs, "sweep-all")
-			job, jc := jobPod(t, objs, "sweep-all-uninstall")
+			ds, dc := chartrender.DaemonPod(t, objs, "sweep-all")
+			job, jc := chartrender.JobPod(t, objs, "sweep-all-uninstall")
 			for _, p := range []struct {
 				spec corev1.PodSpec
 				c    corev1.Container
@@ -668,13 +605,13 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 		}},
 		{"global registry in front of a repository without one", []string{"--set", "global.imageRegistry=mirror.example", "--set", "image.repository=sweep-k8s/sweep"},
 			func(t *testing.T, objs []*unstructured.Unstructured) {
-				if _, c := daemonPod(t, objs, "rel-sweep"); c.Image != "mirror.example/sweep-k8s/sweep:0.1.0" {
+				if _, c := chartrender.DaemonPod(t, objs, "rel-sweep"); c.Image != "mirror.example/sweep-k8s/sweep:0.1.0" {
 					t.Errorf("image = %s", c.Image)
 				}
 			}},
 		{"umbrella chart's enabled, DaemonSet annotations, history", []string{"--set", "enabled=true", "--set", "daemonsetAnnotations.example\\.com/owner=platform",
 			"--set", "revisionHistoryLimit=3"}, func(t *testing.T, objs []*unstructured.Unstructured) {
-			ds := findObject(t, objs, "DaemonSet", "rel-sweep")
+			ds := chartrender.Find(t, objs, "DaemonSet", "rel-sweep")
 			if ds.GetAnnotations()["example.com/owner"] != "platform" {
 				t.Errorf("DaemonSet annotations = %v", ds.GetAnnotations())
 			}
@@ -683,9 +620,9 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 			}
 		}},
 		{"ResourceQuota for the priority class", []string{"--set", "priorityClassResourceQuota.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
-			q := findObject(t, objs, "ResourceQuota", "rel-sweep-priority")
+			q := chartrender.Find(t, objs, "ResourceQuota", "rel-sweep-priority")
 			var rq corev1.ResourceQuota
-			if err := runtimeConvert(q.Object, &rq); err != nil {
+			if err := chartrender.Convert(q.Object, &rq); err != nil {
 				t.Fatal(err)
 			}
 			s := rq.Spec.ScopeSelector
@@ -704,7 +641,7 @@ func TestChartPlacementAndMetadata(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.check(t, decodeObjects(t, renderChart(t, c.flags...)))
+			c.check(t, chartrender.Decode(t, chartrender.Render(t, c.flags...)))
 		})
 	}
 }
@@ -727,35 +664,6 @@ func notInExpressions(a *corev1.Affinity) map[string]string {
 	return got
 }
 
-// equalJSON reports whether a and b encode to the same JSON.
-func equalJSON(a, b any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
-}
-
-// jobPod returns the pod spec and container of the Job name.
-func jobPod(t *testing.T, objs []*unstructured.Unstructured, name string) (corev1.PodSpec, corev1.Container) {
-	t.Helper()
-	pod, _, _ := unstructured.NestedMap(findObject(t, objs, "Job", name).Object, "spec", "template", "spec")
-	var spec corev1.PodSpec
-	if err := runtimeConvert(pod, &spec); err != nil {
-		t.Fatal(err)
-	}
-	return spec, spec.Containers[0]
-}
-
-// daemonPod returns the pod spec and container of the DaemonSet name.
-func daemonPod(t *testing.T, objs []*unstructured.Unstructured, name string) (corev1.PodSpec, corev1.Container) {
-	t.Helper()
-	pod, _, _ := unstructured.NestedMap(findObject(t, objs, "DaemonSet", name).Object, "spec", "template", "spec")
-	var spec corev1.PodSpec
-	if err := runtimeConvert(pod, &spec); err != nil {
-		t.Fatal(err)
-	}
-	return spec, spec.Containers[0]
-}
-
 // hasHostPathMount reports whether the first container mounts host path
 // hostPath at mountPath, read-only or not.
 func hasHostPathMount(spec corev1.PodSpec, hostPath, mountPath string, readOnly bool) bool {
@@ -776,11 +684,11 @@ func hasHostPathMount(spec corev1.PodSpec, hostPath, mountPath string, readOnly 
 func TestChartApply(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
-	kubectl := tool(t, "kubectl")
+	kubectl := controlplane.Tool(t, "kubectl")
 	k := func(stdin io.Reader, args ...string) string {
-		return runTool(t, stdin, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+		return framework.RunTool(t, stdin, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartrender.Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	k(nil, "apply", "-f", "testdata/prometheus-operator-crds.yaml")
@@ -797,8 +705,8 @@ func TestChartApply(t *testing.T) {
 		{"operator values, ServiceMonitor, cri liveness", []string{"--values", chartOperatorValues, "--set", "metrics.podMonitor.enabled=false",
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "daemon.liveness=cri"}}} {
 		t.Run(c.name, func(t *testing.T) {
-			manifest := renderChart(t, c.values...)
-			objs := decodeObjects(t, manifest)
+			manifest := chartrender.Render(t, c.values...)
+			objs := chartrender.Decode(t, manifest)
 			out := k(strings.NewReader(manifest), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
 			t.Logf("kubectl apply --dry-run=server:\n%s", out)
 			if n := strings.Count(out, "created (server dry run)"); n != len(objs) {
@@ -818,7 +726,7 @@ func TestChartApply(t *testing.T) {
 	// built without version stamps, reports v0.0.0-master, which
 	// ">=1.29.0-0" refuses.
 	chartCopy := filepath.Join(t.TempDir(), "sweep")
-	runTool(t, nil, "cp", "-r", chartDir, chartCopy)
+	framework.RunTool(t, nil, "cp", "-r", chartrender.Dir, chartCopy)
 	chartYAML := filepath.Join(chartCopy, "Chart.yaml")
 	meta, err := os.ReadFile(chartYAML)
 	if err != nil {
@@ -837,8 +745,8 @@ func TestChartApply(t *testing.T) {
 		{[]string{"--values", chartOperatorValues}, []string{"kube-rbac-proxy serves them over HTTPS", "ClusterRole rel-sweep-metrics-reader", "A PodMonitor scrapes them."}},
 		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "ConfigMap sweep-all-dashboard\nin namespace sweep-system holds a Grafana dashboard", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
 	} {
-		args := append([]string{"install", chartRelease, chartCopy, "--namespace", chartNamespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)
-		out := runTool(t, nil, tool(t, "helm"), args...)
+		args := append([]string{"install", chartrender.Release, chartCopy, "--namespace", chartrender.Namespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)
+		out := framework.RunTool(t, nil, controlplane.Tool(t, "helm"), args...)
 		notes := out[strings.Index(out, "NOTES:"):]
 		for _, w := range c.want {
 			if !strings.Contains(notes, w) {
@@ -849,30 +757,30 @@ func TestChartApply(t *testing.T) {
 
 	// Install the all-options render for real (hooks included, as if the
 	// uninstall were running) and check the daemon's rights, least privilege.
-	manifest := renderChart(t, "--values", chartAllValues)
+	manifest := chartrender.Render(t, "--values", chartAllValues)
 	k(strings.NewReader(manifest), "apply", "--validate=strict", "-f", "-")
-	daemonSA := "system:serviceaccount:" + chartNamespace + ":sweep-all"
-	hookSA := "system:serviceaccount:" + chartNamespace + ":sweep-all-uninstall"
+	daemonSA := "system:serviceaccount:" + chartrender.Namespace + ":sweep-all"
+	hookSA := "system:serviceaccount:" + chartrender.Namespace + ":sweep-all-uninstall"
 	for _, c := range []struct {
 		as, verb, resource, ns string
 		want                   bool
 	}{
 		{daemonSA, "list", "pods", "", true},
 		{daemonSA, "watch", "pods", "", true},
-		{daemonSA, "delete", "pods", chartNamespace, false},
-		{daemonSA, "list", "secrets", chartNamespace, false},
-		{daemonSA, "delete", "daemonsets.apps/sweep-all", chartNamespace, true},
-		{daemonSA, "delete", "daemonsets.apps/other", chartNamespace, false},
+		{daemonSA, "delete", "pods", chartrender.Namespace, false},
+		{daemonSA, "list", "secrets", chartrender.Namespace, false},
+		{daemonSA, "delete", "daemonsets.apps/sweep-all", chartrender.Namespace, true},
+		{daemonSA, "delete", "daemonsets.apps/other", chartrender.Namespace, false},
 		{daemonSA, "delete", "daemonsets.apps/sweep-all", "default", false},
-		{daemonSA, "create", "leases.coordination.k8s.io", chartNamespace, true},
+		{daemonSA, "create", "leases.coordination.k8s.io", chartrender.Namespace, true},
 		{daemonSA, "create", "leases.coordination.k8s.io", "kube-system", false},
 		// The kubelets' node Leases: read by name, nothing more.
 		{daemonSA, "get", "leases.coordination.k8s.io/node-a", "kube-node-lease", true},
 		{daemonSA, "list", "leases.coordination.k8s.io", "kube-node-lease", false},
 		{daemonSA, "update", "leases.coordination.k8s.io/node-a", "kube-node-lease", false},
 		{daemonSA, "get", "leases.coordination.k8s.io/other", "kube-system", false},
-		{daemonSA, "watch", "configmaps", chartNamespace, true},
-		{daemonSA, "update", "configmaps", chartNamespace, false},
+		{daemonSA, "watch", "configmaps", chartrender.Namespace, true},
+		{daemonSA, "update", "configmaps", chartrender.Namespace, false},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
 		{daemonSA, "delete", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
 		// The binding goes with the ClusterRole (garbage collector): the
@@ -883,31 +791,31 @@ func TestChartApply(t *testing.T) {
 		// The DaemonSet cannot hang off the ClusterRole too: updating
 		// itself would let the daemon run pods as any ServiceAccount of
 		// the namespace. It deletes itself, with the Role's right.
-		{daemonSA, "update", "daemonsets.apps/sweep-all", chartNamespace, false},
+		{daemonSA, "update", "daemonsets.apps/sweep-all", chartrender.Namespace, false},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io", "", true},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com", "", false},
 		{daemonSA, "delete", "network-attachment-definitions.k8s.cni.cncf.io", "team-a", true},
 		{daemonSA, "delete", "configmaps/multus-cleanup-config", "kube-system", true},
 		{daemonSA, "delete", "configmaps/kubeadm-config", "kube-system", false},
-		{hookSA, "create", "configmaps", chartNamespace, true},
-		{hookSA, "update", "configmaps/sweep-all-cleanup", chartNamespace, true},
-		{hookSA, "update", "configmaps/other", chartNamespace, false},
-		{hookSA, "watch", "leases.coordination.k8s.io", chartNamespace, true},
-		{hookSA, "delete", "daemonsets.apps/sweep-all", chartNamespace, false},
+		{hookSA, "create", "configmaps", chartrender.Namespace, true},
+		{hookSA, "update", "configmaps/sweep-all-cleanup", chartrender.Namespace, true},
+		{hookSA, "update", "configmaps/other", chartrender.Namespace, false},
+		{hookSA, "watch", "leases.coordination.k8s.io", chartrender.Namespace, true},
+		{hookSA, "delete", "daemonsets.apps/sweep-all", chartrender.Namespace, false},
 		// To check that the daemons' RBAC is gone.
 		{hookSA, "get", "clusterrolebindings.rbac.authorization.k8s.io/sweep-all", "", true},
 		{hookSA, "get", "clusterroles.rbac.authorization.k8s.io/sweep-all", "", true},
 		{hookSA, "get", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
-		{hookSA, "get", "roles.rbac.authorization.k8s.io/sweep-all", chartNamespace, true},
-		{hookSA, "get", "serviceaccounts/sweep-all", chartNamespace, true},
-		{hookSA, "get", "serviceaccounts/default", chartNamespace, false},
+		{hookSA, "get", "roles.rbac.authorization.k8s.io/sweep-all", chartrender.Namespace, true},
+		{hookSA, "get", "serviceaccounts/sweep-all", chartrender.Namespace, true},
+		{hookSA, "get", "serviceaccounts/default", chartrender.Namespace, false},
 	} {
 		// resource is plural[.group][/name], as kubectl auth can-i takes it.
 		res, name, _ := strings.Cut(c.resource, "/")
 		res, group, _ := strings.Cut(res, ".")
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   c.as,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"},
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartrender.Namespace, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: c.ns, Verb: c.verb, Group: group, Resource: res, Name: name,
 			},
@@ -923,15 +831,15 @@ func TestChartApply(t *testing.T) {
 
 	// The DaemonSet's pods would be admitted: the API server accepts the
 	// template as a pod (hostPath, root, no capabilities).
-	ds, err := cs.AppsV1().DaemonSets(chartNamespace).Get(t.Context(), "sweep-all", metav1.GetOptions{})
+	ds, err := cs.AppsV1().DaemonSets(chartrender.Namespace).Get(t.Context(), "sweep-all", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sweep-all-probe", Namespace: chartNamespace}, Spec: ds.Spec.Template.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sweep-all-probe", Namespace: chartrender.Namespace}, Spec: ds.Spec.Template.Spec}
 	pod.Spec.NodeName = "node-a"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err = cs.CoreV1().Pods(chartNamespace).Create(t.Context(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = cs.CoreV1().Pods(chartrender.Namespace).Create(t.Context(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		// The ServiceAccount admission may lag behind the apply.
 		if err == nil || !apierrors.IsForbidden(err) || time.Now().After(deadline) {
 			break
@@ -973,8 +881,8 @@ func TestChartPrometheusRules(t *testing.T) {
 	// name.
 	rules := func(t *testing.T, dir string, flags ...string) map[string]map[string]any {
 		t.Helper()
-		objs := decodeObjects(t, renderChart(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, flags...)...))
-		spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
+		objs := chartrender.Decode(t, chartrender.Render(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, flags...)...))
+		spec, _, _ := unstructured.NestedMap(chartrender.Find(t, objs, "PrometheusRule", "rel-sweep").Object, "spec")
 		data, err := json.Marshal(spec) // {"groups": [...]}
 		if err != nil {
 			t.Fatal(err)
@@ -982,7 +890,7 @@ func TestChartPrometheusRules(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "rules.json"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		runTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
+		framework.RunTool(t, nil, promtool, "check", "rules", filepath.Join(dir, "rules.json"))
 		byName := map[string]map[string]any{}
 		groups, _, _ := unstructured.NestedSlice(spec, "groups")
 		for _, g := range groups {
@@ -1030,7 +938,7 @@ func TestChartPrometheusRules(t *testing.T) {
 			}
 			args = append(args, filepath.Join(dir, filepath.Base(f)))
 		}
-		t.Logf("promtool test rules:\n%s", runTool(t, nil, promtool, args...))
+		t.Logf("promtool test rules:\n%s", framework.RunTool(t, nil, promtool, args...))
 	})
 
 	all := []string{"SweepClockUnsettled", "SweepHostLocalRangeNearlyFull", "SweepMultusInodesFillingUp", "SweepMultusInodesLow", "SweepPruneFailing",
@@ -1080,19 +988,15 @@ func TestChartPrometheusRules(t *testing.T) {
 	}
 }
 
-func runtimeConvert(in map[string]any, out any) error {
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(in, out)
-}
-
 // TestChartValuesDocumented checks that every value in values.yaml has a
 // "# --" comment, on itself or on the map it belongs to, and that the
 // chart's own keys are in values.schema.json.
 func TestChartValuesDocumented(t *testing.T) {
-	data, err := os.ReadFile(chartDir + "/values.yaml")
+	data, err := os.ReadFile(chartrender.Dir + "/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := os.ReadFile(chartDir + "/values.schema.json")
+	schema, err := os.ReadFile(chartrender.Dir + "/values.schema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1147,7 +1051,7 @@ func TestChartValuesDocumented(t *testing.T) {
 // license of the repository and of the chart agree, and the image the chart
 // declares is the one its appVersion installs.
 func TestChartMetadata(t *testing.T) {
-	data, err := os.ReadFile(chartDir + "/Chart.yaml")
+	data, err := os.ReadFile(chartrender.Dir + "/Chart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1188,13 +1092,13 @@ func TestChartREADME(t *testing.T) {
 	// helm-docs writes README.md next to the chart it finds: a copy, so
 	// that the test never changes the tree unless asked to.
 	root := t.TempDir()
-	runTool(t, nil, "cp", "-r", chartDir, filepath.Join(root, "sweep"))
-	runTool(t, nil, tool(t, "helm-docs"), "--chart-search-root", root, "--log-level", "warning")
+	framework.RunTool(t, nil, "cp", "-r", chartrender.Dir, filepath.Join(root, "sweep"))
+	framework.RunTool(t, nil, controlplane.Tool(t, "helm-docs"), "--chart-search-root", root, "--log-level", "warning")
 	want, err := os.ReadFile(filepath.Join(root, "sweep", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	current, err := os.ReadFile(chartDir + "/README.md")
+	current, err := os.ReadFile(chartrender.Dir + "/README.md")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -1202,11 +1106,11 @@ func TestChartREADME(t *testing.T) {
 		return
 	}
 	if os.Getenv("SWEEP_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile(chartDir+"/README.md", want, 0o644); err != nil {
+		if err := os.WriteFile(chartrender.Dir+"/README.md", want, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Log("charts/sweep/README.md regenerated")
 		return
 	}
-	t.Errorf("charts/sweep/README.md differs from what helm-docs generates; run `make docs`.\n%s", lineDiff(string(current), string(want)))
+	t.Errorf("charts/sweep/README.md differs from what helm-docs generates; run `make docs`.\n%s", framework.LineDiff(string(current), string(want)))
 }
