@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -140,53 +139,4 @@ func (b *Buffer) String() string {
 // report their latencies (p 1 is the largest).
 func PercentileMillis(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[int(p*float64(len(sorted)-1))].Microseconds()) / 1000
-}
-
-// kubelets is this process's hold on the machine's kubelet lock.
-var kubelets struct {
-	mu   sync.Mutex
-	n    int
-	file *os.File
-}
-
-// KubeletLockFile is the lock that LockKubelets takes.
-const KubeletLockFile = "/run/lock/sweep-tests-kubelets.lock"
-
-// LockKubelets holds, until t's cleanup, the machine-wide lock of the tests
-// that run a process named kubelet (a real node's, or witness.StartKubelet's
-// fake): sweepd counts every kubelet on the machine, and several that use
-// different runtimes prove nothing, so a test package's kubelet must not run
-// while another package's test proves a runtime by its own (go test runs
-// packages side by side). Tests of one process share the hold; call it
-// before the cleanup that stops the kubelet is registered, so that the lock
-// outlives the kubelet.
-func LockKubelets(t testing.TB) {
-	t.Helper()
-	kubelets.mu.Lock()
-	defer kubelets.mu.Unlock()
-	if kubelets.n == 0 {
-		f, err := os.OpenFile(KubeletLockFile, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			t.Fatalf("kubelet lock: %v", err)
-		}
-		start := time.Now()
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			t.Logf("waiting for %s: another test package runs a kubelet", KubeletLockFile)
-			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-				_ = f.Close()
-				t.Fatalf("kubelet lock: %v", err)
-			}
-			t.Logf("kubelet lock taken after %s", time.Since(start).Round(time.Second))
-		}
-		kubelets.file = f
-	}
-	kubelets.n++
-	t.Cleanup(func() {
-		kubelets.mu.Lock()
-		defer kubelets.mu.Unlock()
-		if kubelets.n--; kubelets.n == 0 {
-			_ = kubelets.file.Close() // and with it the lock
-			kubelets.file = nil
-		}
-	})
 }

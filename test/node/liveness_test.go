@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,10 @@ func (c *cluster) sweepdPrune(t *testing.T, args ...string) (stdout []byte, stde
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	args = append([]string{"prune", "--output=json", "--min-age=1m", "--multus-dir=" + c.multusDir(),
 		"--kubeconfig=" + c.cp.Kubeconfig, "--cri-endpoint=" + c.node.RuntimeEndpoint}, args...)
+	if slices.Contains(args, "--liveness=cri") || slices.Contains(args, "--liveness=both") {
+		// On the host, sweepd counts every kubelet on the machine.
+		defer framework.OnlyOwnKubelets(t)()
+	}
 	cmd := exec.Command(sweepd, args...)
 	// POD_UID of a CI job that runs in a pod would be --pod-uid's default:
 	// this sweepd runs in none.

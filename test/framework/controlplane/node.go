@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/testbin"
 )
 
@@ -162,7 +161,6 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		cniBinDir:        cfg.cniBinDir,
 	}
 	n.RuntimeEndpoint = "unix://" + n.Socket
-	framework.LockKubelets(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			n.DumpLogs(t)

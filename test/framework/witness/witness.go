@@ -145,7 +145,7 @@ func StartContainedKubelet(t testing.TB, binds map[string]string, args ...string
 
 func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet {
 	t.Helper()
-	framework.LockKubelets(t)
+	framework.KubeletStarted(t)
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Fatal(err)
