@@ -259,6 +259,11 @@ func findKubelets(proc string) ([]kubeletProcess, error) {
 		if err != nil || strings.TrimSpace(string(comm)) != "kubelet" {
 			continue // gone meanwhile, or another process
 		}
+		if !runsAsRoot(dir) {
+			// Any user can name a process kubelet; a kubelet runs as
+			// root. An unprivileged one neither proves nor refuses.
+			continue
+		}
 		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil || len(cmdline) == 0 {
 			// An empty command line is a process that has exited (a
@@ -274,6 +279,22 @@ func findKubelets(proc string) ([]kubeletProcess, error) {
 		found = append(found, kubeletProcess{pid: pid, start: start, args: args})
 	}
 	return found, nil
+}
+
+// runsAsRoot reports whether the process whose /proc directory is dir runs
+// with real and effective user ID 0, as this process sees user IDs.
+func runsAsRoot(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			return len(f) >= 2 && f[0] == "0" && f[1] == "0"
+		}
+	}
+	return false
 }
 
 // startTime reads a process's start time (field 22 of /proc/PID/stat), in

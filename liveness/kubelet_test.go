@@ -221,6 +221,7 @@ func (p fakeProc) add(pid int, comm, start string, args ...string) {
 		"comm":    comm + "\n",
 		"cmdline": cmdline,
 		"stat":    procStat(pid, comm, start),
+		"status":  "Name:\t" + comm + "\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			p.t.Fatal(err)
@@ -392,6 +393,18 @@ func TestKubeletWitness(t *testing.T) {
 				writeKubeletFile(p.t, inRoot(p.t, root, "/etc/kubernetes/kubelet.conf.d/10-runtime.conf"), "cgroupDriver: systemd\n")
 				p.add(955, "kubelet", "2345", kubelet, "--config=/var/lib/kubelet/config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d")
 				p.setRoot(955, root)
+			}},
+		{name: "a process named kubelet of another user proves nothing",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				writeKubeletFile(p.t, filepath.Join(p.dir, "955", "status"), "Name:\tkubelet\nUid:\t1000\t1000\t1000\t1000\n")
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"no kubelet process"} }},
+		{name: "nor does it refuse beside the root kubelet",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+				writeKubeletFile(p.t, filepath.Join(p.dir, "3001", "status"), "Name:\tkubelet\nUid:\t0\t1000\t0\t0\n")
 			}},
 		{name: "a kubelet whose root cannot be opened: named, and no proof",
 			procs: func(p fakeProc, s kubeletSockets, _ string) {
