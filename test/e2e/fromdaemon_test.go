@@ -45,7 +45,9 @@ func TestPruneFromDaemon(t *testing.T) {
 	// command's default of 15m: only the daemon's settings keep it.
 	young := write("young", "6f1c2a3e-0000-4000-8000-0000000000aa", 30*time.Minute)
 
-	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1h", "--dry-run", "--schedule=@every 1h")
+	// Files of two hours are old enough only on a machine up for longer
+	// (a CI runner is up for minutes): the daemon's is up for a day.
+	d := sweepdproc.StartUp(t, 24*time.Hour, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--min-age=1h", "--dry-run", "--schedule=@every 1h")
 	framework.Eventually(t, 30*time.Second, "/readyz", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
 
 	t.Run("a dry-run daemon logs its would-be removals at INFO", func(t *testing.T) {
@@ -62,11 +64,10 @@ func TestPruneFromDaemon(t *testing.T) {
 		// name: both come from the daemon's command line.
 		cmd := exec.Command(sweepd, "prune", "--from-daemon", "--daemon-pid="+pid, "-o", "json")
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("%v\n%s", err, stderr.String())
+		// The command runs the plan itself, on its machine: the daemon's.
+		out, stderr, code := runCmdUp(t, cmd, 24*time.Hour)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
 		}
 		var res struct {
 			Files []struct {
@@ -75,7 +76,7 @@ func TestPruneFromDaemon(t *testing.T) {
 			DryRun bool   `json:"dryRun"`
 			Dir    string `json:"dir"`
 		}
-		if err := json.Unmarshal(out, &res); err != nil {
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 		actions := map[string]string{} // by path, as the listing names files relative to the directory

@@ -28,9 +28,13 @@ import (
 func StartUp(cmd *exec.Cmd, up time.Duration) error {
 	errc := make(chan error, 1)
 	go func() {
-		// A thread's time namespace for its children is its own: this
-		// one never returns to the pool, and ends with the goroutine.
+		// A thread's time namespace for its children is its own, so this
+		// one must never run another goroutine's fork. Nor may it end: a
+		// child started with a parent-death signal (Pdeathsig) gets it
+		// when the thread that forked it exits, and this thread may have
+		// forked others before it was locked. It stays, parked.
 		runtime.LockOSThread()
+		defer func() { select {} }()
 		errc <- func() error {
 			boot, err := hostClock(unix.CLOCK_BOOTTIME, "boottime")
 			if err != nil {

@@ -32,11 +32,19 @@ type Proc struct {
 // args (WithMinAge), debug logs and its metrics on a free loopback port.
 func Start(t testing.TB, kubeconfig string, args ...string) *Proc {
 	t.Helper()
+	return StartUp(t, 0, kubeconfig, args...)
+}
+
+// StartUp is Start on a machine up for up (framework.StartUp), for a daemon
+// that must find files older than this machine's uptime old enough; 0 is
+// this machine's uptime.
+func StartUp(t testing.TB, up time.Duration, kubeconfig string, args ...string) *Proc {
+	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
 	args = WithMinAge(args)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(framework.FreePort(t)))
 	cmd := exec.Command(sweepd, append([]string{"daemon", "--kubeconfig=" + kubeconfig, "--metrics-addr=" + addr, "--log-level=debug"}, args...)...)
-	return StartCmd(t, cmd, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
+	return startCmd(t, cmd, up, addr, filepath.Join(t.TempDir(), "sweepd.log"), "sweepd")
 }
 
 // StartCmd starts cmd, a daemon serving HTTP on addr, with its output in
@@ -45,13 +53,23 @@ func Start(t testing.TB, kubeconfig string, args ...string) *Proc {
 // whoever takes it from there puts it back for the others.
 func StartCmd(t testing.TB, cmd *exec.Cmd, addr, logPath, name string) *Proc {
 	t.Helper()
+	return startCmd(t, cmd, 0, addr, logPath, name)
+}
+
+func startCmd(t testing.TB, cmd *exec.Cmd, up time.Duration, addr, logPath, name string) *Proc {
+	t.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if up > 0 {
+		err = framework.StartUp(cmd, up)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	d := &Proc{Cmd: cmd, URL: "http://" + addr, Log: logPath, Done: make(chan error, 1)}
