@@ -38,11 +38,11 @@ func predateViews() { time.Sleep(100 * time.Millisecond) }
 // files written so far predate the views cmd may take (predateViews).
 func runCmd(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 	t.Helper()
-	return runCmdUp(t, cmd, 0)
+	return runCmdUp(t, cmd, framework.MachineUp)
 }
 
-// runCmdUp is runCmd on a machine up for up (framework.StartUp), or on
-// this one for 0.
+// runCmdUp is runCmd on a machine up for up (framework.StartUp; runCmd's
+// is framework.MachineUp), or on this one for 0.
 func runCmdUp(t testing.TB, cmd *exec.Cmd, up time.Duration) (stdout, stderr string, code int) {
 	t.Helper()
 	predateViews()

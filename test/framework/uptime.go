@@ -8,15 +8,24 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// MachineUp is the uptime that the tests give every sweepd they start by
+// their usual helpers (sweepdproc, test/e2e's runCmd, test/node's node):
+// long enough for any --min-age they use, so that they pass on a machine
+// booted a minute ago. Only a test of the uptime rule chooses another.
+const MachineUp = 24 * time.Hour
+
 // StartUp starts cmd on a machine that, to it and its children, has been up
 // for up: in a time namespace of its own whose boot and monotonic clocks
 // read up (less the time this machine was suspended, on the monotonic
-// clock) at the start. The wall clock and every file time stay as they
+// clock) at this process's first StartUp with that up, and have run on
+// since: every command a test binary starts with one up sees one boot
+// time, as the runs of one machine do. The wall clock and every file time stay as they
 // are. sweep's clock guard trusts no file to be older than the time since
 // boot: a test whose sweepd must find files of an hour old old enough
 // gives it a machine up for longer than that, whatever the uptime of the
@@ -36,14 +45,13 @@ func StartUp(cmd *exec.Cmd, up time.Duration) error {
 		runtime.LockOSThread()
 		defer func() { select {} }()
 		errc <- func() error {
-			boot, err := hostClock(unix.CLOCK_BOOTTIME, "boottime")
+			off, err := offsetFor(up)
 			if err != nil {
 				return err
 			}
 			if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
 				return fmt.Errorf("time namespace: %w", err)
 			}
-			off := up - boot
 			secs, nsecs := int64(off/time.Second), int64(off%time.Second)
 			if nsecs < 0 {
 				secs, nsecs = secs-1, nsecs+int64(time.Second)
@@ -56,6 +64,21 @@ func StartUp(cmd *exec.Cmd, up time.Duration) error {
 		}()
 	}()
 	return <-errc
+}
+
+// offsets are the clocks' offsets of StartUp by uptime, fixed at the first.
+var offsets sync.Map // time.Duration → time.Duration
+
+func offsetFor(up time.Duration) (time.Duration, error) {
+	if off, ok := offsets.Load(up); ok {
+		return off.(time.Duration), nil
+	}
+	boot, err := hostClock(unix.CLOCK_BOOTTIME, "boottime")
+	if err != nil {
+		return 0, err
+	}
+	off, _ := offsets.LoadOrStore(up, up-boot)
+	return off.(time.Duration), nil
 }
 
 // hostClock reads clock as the machine's first time namespace has it: this

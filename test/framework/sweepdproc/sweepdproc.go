@@ -32,12 +32,11 @@ type Proc struct {
 // args (WithMinAge), debug logs and its metrics on a free loopback port.
 func Start(t testing.TB, kubeconfig string, args ...string) *Proc {
 	t.Helper()
-	return StartUp(t, 0, kubeconfig, args...)
+	return StartUp(t, framework.MachineUp, kubeconfig, args...)
 }
 
-// StartUp is Start on a machine up for up (framework.StartUp), for a daemon
-// that must find files older than this machine's uptime old enough; 0 is
-// this machine's uptime.
+// StartUp is Start on a machine up for up (framework.StartUp); Start
+// gives it framework.MachineUp, and 0 is this machine's own uptime.
 func StartUp(t testing.TB, up time.Duration, kubeconfig string, args ...string) *Proc {
 	t.Helper()
 	sweepd := testbin.Build(t, "./cmd/sweepd")
@@ -48,12 +47,12 @@ func StartUp(t testing.TB, up time.Duration, kubeconfig string, args ...string) 
 }
 
 // StartCmd starts cmd, a daemon serving HTTP on addr, with its output in
-// logPath. It kills the daemon when the test ends and then, if the test
+// logPath, on a machine up for framework.MachineUp. It kills the daemon when the test ends and then, if the test
 // failed, logs its output under name. Done receives its exit status once;
 // whoever takes it from there puts it back for the others.
 func StartCmd(t testing.TB, cmd *exec.Cmd, addr, logPath, name string) *Proc {
 	t.Helper()
-	return startCmd(t, cmd, 0, addr, logPath, name)
+	return startCmd(t, cmd, framework.MachineUp, addr, logPath, name)
 }
 
 func startCmd(t testing.TB, cmd *exec.Cmd, up time.Duration, addr, logPath, name string) *Proc {
