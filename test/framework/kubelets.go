@@ -100,9 +100,17 @@ func RunInPIDNS(m *testing.M) int {
 	if os.Getenv(envInPIDNS) != "" {
 		return m.Run()
 	}
-	cmd := exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", "--", os.Args[0]}, os.Args[1:]...)...)
+	return Reexec(envInPIDNS, "a PID namespace", "--pid", "--fork", "--mount-proc", "--kill-child")
+}
+
+// Reexec runs this test binary again, with its arguments, under unshare
+// with flags (what, for the error), and env set to 1 so that the second
+// run knows it is the one inside; it returns the exit code for os.Exit.
+// The child dies with this process (go test's timeout kills it).
+func Reexec(env, what string, flags ...string) int {
+	cmd := exec.Command("unshare", append(append(flags, "--", os.Args[0]), os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInPIDNS+"=1")
+	cmd.Env = append(os.Environ(), env+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err := cmd.Run()
 	var exit *exec.ExitError
@@ -112,7 +120,7 @@ func RunInPIDNS(m *testing.M) int {
 	case errors.As(err, &exit) && exit.ExitCode() >= 0:
 		return exit.ExitCode()
 	default:
-		fmt.Fprintf(os.Stderr, "run the tests in a PID namespace (needs root and unshare): %v\n", err)
+		fmt.Fprintf(os.Stderr, "run the tests in %s (needs root and unshare): %v\n", what, err)
 		return 1
 	}
 }

@@ -1,12 +1,12 @@
 package controlplane
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"testing"
+
+	"github.com/sweep-k8s/sweep/test/framework"
 )
 
 // envInNetNS marks the test binary that RunInNetNS re-executed inside the
@@ -31,22 +31,7 @@ const NodeIP = "10.240.0.1"
 // also remount /sys, hiding the cgroup mounts from the kubelet.
 func RunInNetNS(m *testing.M) int {
 	if os.Getenv(envInNetNS) == "" {
-		cmd := exec.Command("unshare", append([]string{"--net", "--", os.Args[0]}, os.Args[1:]...)...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), envInNetNS+"=1")
-		// The child dies with this process (go test's timeout kills it).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err := cmd.Run()
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			return 0
-		case errors.As(err, &exit) && exit.ExitCode() >= 0:
-			return exit.ExitCode()
-		default:
-			fmt.Fprintf(os.Stderr, "run the tests in a network namespace (needs root and unshare): %v\n", err)
-			return 1
-		}
+		return framework.Reexec(envInNetNS, "a network namespace", "--net")
 	}
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
