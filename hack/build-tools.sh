@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the binaries that the test harness runs (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kubectl, atomicwriter, helm,
-# helm-docs, CNI plugins, Whereabouts, multus, containerd v2) and the release
+# helm-docs, CNI plugins, Whereabouts, multus, containerd v2, CRI-O) and the release
 # pipeline runs (cosign, cyclonedx-gomod, and a registry for its tests) from the Go module proxy,
 # once per version, into a cache outside the work tree. Each binary is built to a
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all]   (default: all)
 #        (test-PKG: what the tests of test/PKG run, for make test-PKG)
 #        hack/build-tools.sh path TOOL   prints where TOOL's binary is (built or not)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
@@ -20,24 +20,26 @@ cache=${SWEEP_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools}
 # version MODDIR MODULE prints the version of MODULE required by the go.mod in MODDIR.
 version() { awk -v m="$2" '{sub(/^require[ \t]+/, "")} $1==m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"; }
 
-# build MODDIR PKG OUTDIR [NAME [LDFLAGS [TAGS]]] builds PKG (a tool of the
-# module in MODDIR) into OUTDIR, as NAME (default: the package's last element),
-# with LDFLAGS added to the link and build tags TAGS. A stamp beside the
+# build MODDIR PKG OUTDIR [NAME [LDFLAGS [TAGS [CGO]]]] builds PKG (a tool of
+# the module in MODDIR) into OUTDIR, as NAME (default: the package's last
+# element), with LDFLAGS added to the link and build tags TAGS, without cgo
+# unless CGO is 1. A stamp beside the
 # binary records both, so a changed recipe rebuilds (only the link, when Go's
 # build cache is warm).
 build() {
-	local moddir=$1 pkg=$2 out=$3 name=${4:-} ldflags=${5:-} tags=${6:-}
+	local moddir=$1 pkg=$2 out=$3 name=${4:-} ldflags=${5:-} tags=${6:-} cgo=${7:-0}
 	[ -n "$name" ] || name=$(basename "$pkg")
 	[ "$name" = v3 ] && name=etcd
 	local stamp=$out/.$name.ldflags recipe=$ldflags
 	[ -z "$tags" ] || recipe="$ldflags tags=$tags"
+	[ "$cgo" = 0 ] || recipe="$recipe cgo=$cgo"
 	if [ -x "$out/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$recipe" ]; then
 		return 0
 	fi
 	mkdir -p "$out"
 	echo "build-tools: building $name into $out" >&2
 	local start=$SECONDS
-	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -tags="$tags" -ldflags="-s -w $ldflags" -o "$out/.$name.tmp" "$pkg")
+	(cd "$moddir" && CGO_ENABLED=$cgo go build -trimpath -tags="$tags" -ldflags="-s -w $ldflags" -o "$out/.$name.tmp" "$pkg")
 	printf '%s' "$recipe" >"$stamp"
 	mv "$out/.$name.tmp" "$out/$name"
 	echo "build-tools: $name built in $((SECONDS - start))s" >&2
@@ -147,6 +149,28 @@ containerd() {
 	done
 }
 
+# CRI-O, OpenShift's runtime, the test node's third: crio with seccomp (cgo and
+# Debian's libseccomp: without it CRI-O runs a RuntimeDefault pod unconfined,
+# which no OpenShift node does), without gpgme, btrfs or devicemapper (the
+# build tags leave out what this machine lacks and the tests do not use), and
+# its small C helper pinns, built with gcc from the same module's source;
+# conmon is Debian's.
+crio() {
+	local v
+	v=$(version "$tools/crio" github.com/cri-o/cri-o)
+	: "${v:?cannot read the version from go.mod}"
+	build "$tools/crio" github.com/cri-o/cri-o/cmd/crio "$cache/crio-$v" crio "" \
+		"seccomp containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" 1
+	local out=$cache/crio-$v
+	[ -x "$out/pinns" ] && return 0
+	local src
+	src=$(cd "$tools/crio" && go mod download -json github.com/cri-o/cri-o | awk -F'"' '$2 == "Dir" {print $4}')
+	: "${src:?cannot find the source of github.com/cri-o/cri-o}"
+	echo "build-tools: building pinns into $out" >&2
+	gcc -std=c99 -Os -Wall -Wextra -static -o "$out/.pinns.tmp" "$src"/pinns/src/*.c
+	mv "$out/.pinns.tmp" "$out/pinns"
+}
+
 # distribution's registry: the release tests push the image, the chart, the
 # SBOM and the signatures into one of their own, and the test node pulls
 # from it.
@@ -203,6 +227,7 @@ cni) cni ;;
 whereabouts) whereabouts ;;
 multus) multus ;;
 containerd) containerd ;;
+crio) crio ;;
 registry) registry ;;
 cosign) cosign ;;
 cyclonedx-gomod) cyclonedx_gomod ;;
@@ -219,13 +244,13 @@ test-chart) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; helm
 # they publish into.
 test-release) helm; cosign; cyclonedx_gomod; registry ;;
 # test/node: a control plane with the scheduler and a node (kubelet, CNI
-# plugins, containerd v2), helm, and for TestReleaseOnNode the release's tools
+# plugins, containerd v2, CRI-O), helm, and for TestReleaseOnNode the release's tools
 # and registry.
-test-node) etcd; kube; helm; cni; containerd; registry; cosign; cyclonedx_gomod ;;
+test-node) etcd; kube; helm; cni; containerd; crio; registry; cosign; cyclonedx_gomod ;;
 path) path "${2:-}" ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd; registry; cosign; cyclonedx_gomod ;;
-*) echo "usage: $0 [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all|path TOOL]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd; crio; registry; cosign; cyclonedx_gomod ;;
+*) echo "usage: $0 [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all|path TOOL]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that `make test` needs and a fresh Debian
 # machine lacks (the real node of test/node: containerd, runc, iptables,
-# iproute2, util-linux; promtool and prometheus; systemd-analyze; make and
+# iproute2, util-linux; for its CRI-O conmon, and libseccomp-dev and
+# pkg-config to build it; promtool and prometheus; systemd-analyze; make and
 # gcc for the race detector). As root it installs what is missing with
 # apt-get; otherwise it fails at once with the one command to run.
 set -euo pipefail
@@ -16,6 +17,10 @@ command -v systemd-analyze >/dev/null || need+=(systemd) # checks of systemd/swe
 # DNAT, unshare and ip for its network namespace.
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
+command -v conmon >/dev/null || need+=(conmon) # CRI-O's container monitor
+# CRI-O is built with seccomp (hack/build-tools.sh crio): cgo, libseccomp.
+[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v iptables >/dev/null || need+=(iptables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
