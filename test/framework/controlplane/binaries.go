@@ -29,6 +29,9 @@ const (
 	// ContainerdVersion is github.com/containerd/containerd/v2, the test
 	// node's second runtime (WithContainerd2); the first is Debian's.
 	ContainerdVersion = "v2.4.2"
+	// CRIOVersion is github.com/cri-o/cri-o, the test node's third runtime
+	// (WithCRIO): OpenShift's.
+	CRIOVersion = "v1.34.0"
 	// RegistryVersion is github.com/distribution/distribution/v3, whose
 	// registry the release tests publish into.
 	RegistryVersion = "v3.1.2"
@@ -70,7 +73,7 @@ func Tool(t testing.TB, name string) string {
 // kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs,
 // a CNI plugin (bridge, host-local, loopback, whereabouts, multus), containerd v2's
 // containerd, containerd-shim-runc-v2 and ctr (not Debian's, which are on
-// PATH), or the release pipeline's registry, cosign and cyclonedx-gomod. A missing binary is an error that says how to build it; tests
+// PATH), CRI-O's crio and pinns, or the release pipeline's registry, cosign and cyclonedx-gomod. A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
 func Binary(name string) (string, error) {
 	var dir string
@@ -91,6 +94,8 @@ func Binary(name string) (string, error) {
 		dir = "multus-" + MultusVersion
 	case "containerd", "containerd-shim-runc-v2", "ctr":
 		dir = "containerd-" + ContainerdVersion
+	case "crio", "pinns":
+		dir = "crio-" + CRIOVersion
 	case "registry":
 		dir = "registry-" + RegistryVersion
 	case "cosign":

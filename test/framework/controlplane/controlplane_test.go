@@ -21,6 +21,7 @@ func TestVersionsMatchToolsModules(t *testing.T) {
 		{"../../../hack/tools/whereabouts/go.mod", "github.com/k8snetworkplumbingwg/whereabouts", controlplane.WhereaboutsVersion},
 		{"../../../hack/tools/multus/go.mod", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4", controlplane.MultusVersion},
 		{"../../../hack/tools/containerd/go.mod", "github.com/containerd/containerd/v2", controlplane.ContainerdVersion},
+		{"../../../hack/tools/crio/go.mod", "github.com/cri-o/cri-o", controlplane.CRIOVersion},
 		{"../../../hack/tools/registry/go.mod", "github.com/distribution/distribution/v3", controlplane.RegistryVersion},
 		{"../../../hack/tools/cosign/go.mod", "github.com/sigstore/cosign/v2", controlplane.CosignVersion},
 		{"../../../hack/tools/cyclonedx-gomod/go.mod", "github.com/CycloneDX/cyclonedx-gomod", controlplane.CycloneDXGomodVersion},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,30 +42,34 @@ const (
 )
 
 // Node is a real Kubernetes node: Debian's runc, with Debian's containerd
-// 1.6 or containerd v2 (WithContainerd2), the CNI bridge and host-local
+// 1.6, containerd v2 (WithContainerd2) or CRI-O (WithCRIO), the CNI bridge and host-local
 // plugins for the pods' network, and the kubelet built by
 // hack/build-tools.sh. Everything it keeps is in Dir; its pods' network
 // lives in the network namespace of RunInNetNS. Pods use images imported
 // with ImportImage and imagePullPolicy Never, or pulled from a registry of
 // the test's own that MirrorRegistry names.
+//
+// The fields and methods that name containerd (RegistryHostsDir, Ctr,
+// Tasks, StartSpareContainerd) are a containerd node's; the rest serve
+// every runtime.
 type Node struct {
 	// Dir holds the node's state: containerd's root and state, the
 	// kubelet's root, the CNI configuration and host-local's allocations,
 	// and the logs.
 	Dir string
-	// RuntimeEndpoint is containerd's CRI endpoint (unix://...).
+	// RuntimeEndpoint is the runtime's CRI endpoint (unix://...).
 	RuntimeEndpoint string
-	// Socket is the path of containerd's socket, alone in its directory
+	// Socket is the path of the runtime's socket, alone in its directory
 	// (which a pod mounts to reach the runtime).
 	Socket string
 	// StaticPodDir is the kubelet's staticPodPath.
 	StaticPodDir string
-	// CNIConfDir is containerd's CNI configuration directory.
+	// CNIConfDir is the runtime's CNI configuration directory.
 	CNIConfDir string
 	// CNINetworksDir is host-local's dataDir, where it records the pods'
 	// addresses.
 	CNINetworksDir string
-	// NetNSDir is where containerd mounts the pods' network namespaces.
+	// NetNSDir is where the runtime mounts the pods' network namespaces.
 	NetNSDir string
 	// RegistryHostsDir is containerd's registry configuration directory
 	// (config_path: a directory HOST with a hosts.toml per registry), where
@@ -75,14 +80,19 @@ type Node struct {
 	// WithPodSubnet's.
 	PodSubnet string
 
-	// Runtime names the runtime: "containerd 1.6 (Debian)" or
-	// "containerd v2.4.2".
+	// Runtime names the runtime: "containerd 1.6 (Debian)",
+	// "containerd v2.4.2" or "CRI-O v1.34.0".
 	Runtime string
 
-	cp                  *ControlPlane
-	containerd, kubelet *process
-	ctrPath             string
-	v2                  bool
+	cp               *ControlPlane
+	runtime, kubelet *process
+	ctrPath          string
+	v2, crio         bool
+	layout           Layout
+	// registry serves CRI-O the images that ImportImage pushes, and
+	// crioRegistries are the registries CRI-O pulls from (registries.conf).
+	registry       *Registry
+	crioRegistries crioRegistries
 	// cniBinDir is WithCNIBinDir's directory, or "" for CNIBinDir.
 	cniBinDir string
 	// containerdPath, containerdEnv and containerdConfig are how start ran
@@ -96,6 +106,8 @@ type Node struct {
 
 type nodeConfig struct {
 	containerd2 bool
+	crio        bool
+	layout      Layout
 	podSubnet   string
 	cniBinDir   string
 }
@@ -107,6 +119,37 @@ type NodeOption func(*nodeConfig)
 // hack/build-tools.sh) with Debian's runc, instead of Debian's containerd 1.6.
 func WithContainerd2() NodeOption {
 	return func(c *nodeConfig) { c.containerd2 = true }
+}
+
+// WithCRIO runs CRI-O (CRIOVersion, built by hack/build-tools.sh) with
+// Debian's conmon and runc, instead of Debian's containerd 1.6: OpenShift's
+// runtime. It pulls every image from a registry of the node's own, into
+// which ImportImage pushes.
+func WithCRIO() NodeOption {
+	return func(c *nodeConfig) { c.crio = true }
+}
+
+// Layout is where a Kubernetes distribution puts the node's runtime socket
+// and how it runs the kubelet.
+type Layout int
+
+const (
+	// Kubeadm is the kubelet as its own process, named kubelet, with the
+	// runtime endpoint in its configuration file.
+	Kubeadm Layout = iota
+	// RKE2 is RKE2's: its own containerd at .../run/k3s/containerd/
+	// containerd.sock (below the node's Dir), and a real kubelet process
+	// with --container-runtime-endpoint on its command line.
+	RKE2
+	// K3s is k3s's: the same socket, and the kubelet running inside
+	// another process, here the kubelet's binary run as "k3s", so that no
+	// process named kubelet exists.
+	K3s
+)
+
+// WithLayout lays the node out as a distribution does (Kubeadm by default).
+func WithLayout(l Layout) NodeOption {
+	return func(c *nodeConfig) { c.layout = l }
 }
 
 // WithPodSubnet gives the pods' network the range subnet instead of
@@ -158,7 +201,19 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		PodSubnet:        cfg.podSubnet,
 		cp:               cp,
 		v2:               cfg.containerd2,
+		crio:             cfg.crio,
+		layout:           cfg.layout,
 		cniBinDir:        cfg.cniBinDir,
+	}
+	if n.layout != Kubeadm {
+		n.Socket = filepath.Join(dir, "run", "k3s", "containerd", "containerd.sock")
+	}
+	if n.crio {
+		n.Socket = filepath.Join(dir, "run", "crio.sock")
+		n.NetNSDir = filepath.Join(dir, "crio", "ns", "netns")
+		n.RegistryHostsDir = ""
+		// Started before the node's cleanup is registered: it stops after.
+		n.registry = StartRegistry(t)
 	}
 	n.RuntimeEndpoint = "unix://" + n.Socket
 	t.Cleanup(func() {
@@ -168,7 +223,7 @@ func StartNode(t testing.TB, cp *ControlPlane, opts ...NodeOption) *Node {
 		n.teardown(t)
 	})
 	pause := pauseImage(t)
-	if err := n.start(); err != nil {
+	if err := n.start(t); err != nil {
 		t.Fatalf("node: %v", err)
 	}
 	n.ImportImage(t, pause)
@@ -190,7 +245,7 @@ func pauseImage(t testing.TB) Image {
 	}
 }
 
-func (n *Node) start() error {
+func (n *Node) start(t testing.TB) error {
 	// A real node's mounts are shared (systemd makes / rshared at boot), and
 	// containerd refuses a hostPath volume with mountPropagation
 	// HostToContainer on a private mount ("is not a shared or slave mount"),
@@ -204,6 +259,9 @@ func (n *Node) start() error {
 		return fmt.Errorf("make %s shared: %w", n.Dir, err)
 	}
 	for _, d := range []string{filepath.Dir(n.Socket), n.StaticPodDir, n.CNIConfDir, n.CNINetworksDir, filepath.Join(n.Dir, "images"), n.RegistryHostsDir} {
+		if d == "" {
+			continue
+		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -230,7 +288,13 @@ func (n *Node) start() error {
 	// NRI and tracing are off: NRI's socket would be the machine's.
 	template := containerd16Config
 	path, ctrPath, env, err := "", "", []string(nil), error(nil)
-	if n.v2 {
+	switch {
+	case n.crio:
+		if n.runtime, err = n.newCRIO(t); err != nil {
+			return err
+		}
+		n.Runtime = "CRI-O " + CRIOVersion
+	case n.v2:
 		template = containerd2Config
 		if path, err = Binary("containerd"); err != nil {
 			return err
@@ -241,7 +305,7 @@ func (n *Node) start() error {
 		// containerd finds its shim on PATH.
 		env = append(os.Environ(), "PATH="+filepath.Dir(path)+":"+os.Getenv("PATH"))
 		n.Runtime = "containerd " + ContainerdVersion
-	} else {
+	default:
 		if path, err = exec.LookPath("containerd"); err != nil {
 			return fmt.Errorf("containerd (Debian package containerd): %w", err)
 		}
@@ -250,12 +314,14 @@ func (n *Node) start() error {
 		}
 		n.Runtime = "containerd 1.6 (Debian)"
 	}
-	n.ctrPath, n.containerdPath, n.containerdEnv, n.containerdConfig = ctrPath, path, env, template
-	if n.containerd, err = n.newContainerd("containerd", filepath.Join(n.Dir, "containerd"), n.Socket, n.CNIConfDir,
-		filepath.Join(n.Dir, "containerd.toml"), filepath.Join(n.Dir, "containerd.log")); err != nil {
-		return err
+	if !n.crio {
+		n.ctrPath, n.containerdPath, n.containerdEnv, n.containerdConfig = ctrPath, path, env, template
+		if n.runtime, err = n.newContainerd("containerd", filepath.Join(n.Dir, "containerd"), n.Socket, n.CNIConfDir,
+			filepath.Join(n.Dir, "containerd.toml"), filepath.Join(n.Dir, "containerd.log")); err != nil {
+			return err
+		}
 	}
-	if err := n.StartContainerd(); err != nil {
+	if err := n.StartRuntime(); err != nil {
 		return err
 	}
 	// kube-proxy's job for the one Service the pods need: in-cluster clients
@@ -315,16 +381,17 @@ func (n *Node) newContainerd(name, dir, socket, cniConfDir, configPath, logPath 
 	}, nil
 }
 
-// StartContainerd starts containerd (again, after StopContainerd) and waits
-// until it answers on its socket. The pods keep running while it is stopped:
-// their shims are separate processes.
-func (n *Node) StartContainerd() error {
-	return n.startContainerd(n.containerd, n.Socket)
+// StartRuntime starts the node's runtime (again, after StopRuntime) and
+// waits until it answers on its socket. The pods keep running while it is
+// stopped: their shims (containerd's) or conmons (CRI-O's) are separate
+// processes.
+func (n *Node) StartRuntime() error {
+	return n.startRuntime(n.runtime, n.Socket)
 }
 
-// startContainerd starts the containerd p and waits until it answers on
-// socket.
-func (n *Node) startContainerd(p *process, socket string) error {
+// startRuntime starts the runtime p, of the node's kind, and waits until it
+// answers on socket.
+func (n *Node) startRuntime(p *process, socket string) error {
 	if err := p.start(); err != nil {
 		return err
 	}
@@ -334,7 +401,13 @@ func (n *Node) startContainerd(p *process, socket string) error {
 		if p.exited() {
 			return fmt.Errorf("%s exited:\n%s", p.name, p.logTail(30))
 		}
-		out, err := n.ctrAt(ctx, socket, "version")
+		var out []byte
+		var err error
+		if n.crio {
+			err = criVersion(ctx, socket)
+		} else {
+			out, err = n.ctrAt(ctx, socket, "version")
+		}
 		if err == nil {
 			return nil
 		}
@@ -385,17 +458,17 @@ func (n *Node) StartSpareContainerd(t testing.TB) string {
 		killShims(socket)
 		unmountUnder(t, dir)
 	})
-	if err := n.startContainerd(p, socket); err != nil {
+	if err := n.startRuntime(p, socket); err != nil {
 		t.Fatalf("spare containerd: %v", err)
 	}
 	n.importImageAt(t, socket, pauseImage(t))
 	return socket
 }
 
-// StopContainerd stops containerd with SIGTERM, as a runtime upgrade or
-// crash-restart would.
-func (n *Node) StopContainerd() {
-	n.containerd.stop(syscall.SIGTERM, 10*time.Second)
+// StopRuntime stops the node's runtime with SIGTERM, as a runtime upgrade
+// or crash-restart would.
+func (n *Node) StopRuntime() {
+	n.runtime.stop(syscall.SIGTERM, 10*time.Second)
 }
 
 func (n *Node) startKubelet() error {
@@ -444,6 +517,10 @@ evictionHard:
   nodefs.inodesFree: "1%%"
 maxPods: 30
 `, n.StaticPodDir, n.RuntimeEndpoint, filepath.Join(n.Dir, "pod-logs"))
+	if n.layout == RKE2 {
+		// On its command line only (startKubelet's args).
+		config = strings.Replace(config, fmt.Sprintf("containerRuntimeEndpoint: %q\n", n.RuntimeEndpoint), "", 1)
+	}
 	configPath := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
@@ -459,6 +536,21 @@ maxPods: 30
 			"--node-ip=" + NodeIP,
 			"--v=1",
 		},
+	}
+	switch n.layout {
+	case RKE2:
+		// Both set the same: the command line wins.
+		n.kubelet.args = append(n.kubelet.args, "--container-runtime-endpoint="+n.RuntimeEndpoint)
+	case K3s:
+		// The process's command name is its binary's file name.
+		k3s := filepath.Join(n.Dir, "bin", "k3s")
+		if err := os.MkdirAll(filepath.Dir(k3s), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(path, k3s); err != nil {
+			return err
+		}
+		n.kubelet.name, n.kubelet.path = "k3s", k3s
 	}
 	return n.kubelet.start()
 }
@@ -530,16 +622,21 @@ func (n *Node) waitReady() error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %s not Ready after %s:\n%s\n%s", NodeName, nodeReadyTimeout, n.kubelet.logTail(30), n.containerd.logTail(30))
+			return fmt.Errorf("node %s not Ready after %s:\n%s\n%s", NodeName, nodeReadyTimeout, n.kubelet.logTail(30), n.runtime.logTail(30))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
 // ImportImage builds img and imports it into containerd's k8s.io namespace,
-// where the kubelet finds it.
+// where the kubelet finds it; on CRI-O, pushes it into the node's registry
+// and has CRI-O pull it.
 func (n *Node) ImportImage(t testing.TB, img Image) {
 	t.Helper()
+	if n.crio {
+		n.importCRIO(t, img)
+		return
+	}
 	n.importImageAt(t, n.Socket, img)
 }
 
@@ -562,9 +659,19 @@ func (n *Node) importImageAt(t testing.TB, socket string, img Image) {
 // an air-gapped node pulls from its mirror: a hosts.toml in
 // RegistryHostsDir, which containerd reads at each pull. Should the mirror
 // fail, containerd would try registry itself, which the node's network
-// namespace cannot reach.
+// namespace cannot reach. CRI-O reads it from registries.conf, as a
+// location for registry's prefix, again on SIGHUP; mirror must then be
+// http://.
 func (n *Node) MirrorRegistry(t testing.TB, registry, mirror string) {
 	t.Helper()
+	if n.crio {
+		host, ok := strings.CutPrefix(mirror, "http://")
+		if !ok {
+			t.Fatalf("MirrorRegistry on CRI-O: %s is not http://", mirror)
+		}
+		n.crioRegistry(t, registry, host)
+		return
+	}
 	dir := filepath.Join(n.RegistryHostsDir, registry)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -706,10 +813,14 @@ type Sandbox struct {
 	Running bool
 }
 
-// Sandboxes lists the pod sandboxes containerd knows, with ctr: a test's
-// independent view of what the CRI reports.
+// Sandboxes lists the pod sandboxes the runtime knows: containerd's with
+// ctr, a test's independent view of what the CRI reports; CRI-O's through
+// its CRI, which is all that CRI-O offers.
 func (n *Node) Sandboxes(t testing.TB) []Sandbox {
 	t.Helper()
+	if n.crio {
+		return n.crioSandboxes(t)
+	}
 	tasks := n.Tasks(t)
 	var out []Sandbox
 	for _, id := range strings.Fields(n.Ctr(t, "containers", "ls", "-q")) {
@@ -748,9 +859,26 @@ func (n *Node) Sandboxes(t testing.TB) []Sandbox {
 	return out
 }
 
-// DumpLogs prints the last lines of the kubelet's and containerd's logs.
+// CRIO reports whether the node runs CRI-O (WithCRIO).
+func (n *Node) CRIO() bool { return n.crio }
+
+// ContainerPID returns the PID of the running container id (the
+// runtime's ID, a Pod status's containerID without its scheme).
+func (n *Node) ContainerPID(t testing.TB, id string) int {
+	t.Helper()
+	if n.crio {
+		return n.crioContainerPID(t, id)
+	}
+	task, ok := n.Tasks(t)[id]
+	if !ok || !task.Running {
+		t.Fatalf("no running task of container %s", id)
+	}
+	return task.PID
+}
+
+// DumpLogs prints the last lines of the kubelet's and the runtime's logs.
 func (n *Node) DumpLogs(t testing.TB) {
-	for _, p := range []*process{n.kubelet, n.containerd} {
+	for _, p := range []*process{n.kubelet, n.runtime} {
 		if p != nil {
 			t.Logf("--- last lines of the node's %s log:\n%s", p.name, p.logTail(60))
 		}
@@ -764,7 +892,10 @@ func (n *Node) teardown(t testing.TB) {
 	if n.kubelet != nil {
 		n.kubelet.stop(syscall.SIGTERM, 10*time.Second)
 	}
-	if n.containerd != nil && !n.containerd.exited() {
+	switch {
+	case n.crio && n.runtime != nil:
+		n.teardownCRIO()
+	case n.runtime != nil && !n.runtime.exited():
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		out, _ := n.ctr(ctx, "tasks", "ls", "-q")
 		for _, id := range strings.Fields(string(out)) {
@@ -773,7 +904,7 @@ func (n *Node) teardown(t testing.TB) {
 			_, _ = n.ctr(ctx, "tasks", "delete", "--force", id)
 		}
 		cancel()
-		n.containerd.stop(syscall.SIGTERM, 10*time.Second)
+		n.runtime.stop(syscall.SIGTERM, 10*time.Second)
 	}
 	killShims(n.Socket)
 	for _, rule := range n.natRules {
@@ -788,6 +919,25 @@ func (n *Node) teardown(t testing.TB) {
 	}
 	if err := os.RemoveAll(n.Dir); err != nil {
 		t.Logf("node teardown: %v", err)
+	}
+}
+
+// killProcesses kills the processes named name (their command's base name)
+// with an argument under prefix.
+func killProcesses(name, prefix string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(data), "\x00")
+		if filepath.Base(args[0]) != name || !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, prefix) }) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 
@@ -837,4 +987,13 @@ func unmountUnder(t testing.TB, dir string) {
 			t.Logf("node teardown: unmount %s: %v", p, err)
 		}
 	}
+}
+
+// copyFile copies the executable src to dst.
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
 }

@@ -106,3 +106,19 @@ func (p *process) logTail(n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// signal sends sig to the process alone.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s not running", p.name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// logCount returns how many lines of the process's log contain s.
+func (p *process) logCount(s string) int {
+	data, _ := os.ReadFile(p.logPath)
+	return bytes.Count(data, []byte(s))
+}
