@@ -22,10 +22,23 @@ import (
 // TestChartOnNode installs the chart with the local image on the real node:
 // the DaemonSet's pod is scheduled there, the runtime accepts its mounts and
 // security context and applies them, it becomes ready, and a real Prometheus
-// scrapes it at the pod's address. The node runs containerd v2, what most
-// clusters run (TestCRILivenessOnNode runs both).
+// scrapes it at the pod's address. On containerd v2, what most clusters
+// run, and CRI-O, OpenShift's: each applies the pod's mounts and security
+// context its own way.
 func TestChartOnNode(t *testing.T) {
-	c := startCluster(t, controlplane.WithContainerd2())
+	for _, tc := range []struct {
+		runtime string
+		opt     controlplane.NodeOption
+	}{
+		{"containerd 2", controlplane.WithContainerd2()},
+		{"CRI-O", controlplane.WithCRIO()},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) { chartOnNode(t, tc.opt) })
+	}
+}
+
+func chartOnNode(t *testing.T, opt controlplane.NodeOption) {
+	c := startCluster(t, opt)
 	// What the uninstall must remove: a file on the node, an object in the
 	// cluster; and what it must leave.
 	hostDir := filepath.Join(c.node.Dir, "etc-cni")

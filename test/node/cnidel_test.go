@@ -65,7 +65,7 @@ type secAttachment struct {
 // namespace is seen through readOnlyHostPaths' HostToContainer propagation
 // although it was mounted after the daemon started, entering it needs
 // SYS_ADMIN and deleting its interface NET_ADMIN). A live pod with the same
-// attachment keeps everything. On both runtimes: their default seccomp
+// attachment keeps everything. On each runtime: their default seccomp
 // profiles and mount handling are theirs.
 func TestCNIDelOnNode(t *testing.T) { runtimes(t, cniDelOnNode) }
 
@@ -125,13 +125,13 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 		// With the runtime down the pod keeps running and its namespace
 		// stays mounted, while a forced delete removes it from the API
 		// server at once.
-		c.node.StopContainerd()
+		c.node.StopRuntime()
 		restarted := false
 		restart := func() {
 			if !restarted {
 				restarted = true
-				if err := c.node.StartContainerd(); err != nil {
-					t.Errorf("restart containerd: %v", err)
+				if err := c.node.StartRuntime(); err != nil {
+					t.Errorf("restart the runtime: %v", err)
 				}
 			}
 		}

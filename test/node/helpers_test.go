@@ -42,7 +42,7 @@ const (
 )
 
 // runtimes are the node's container runtimes a test runs on, each its own
-// subtest: Debian's containerd 1.6 and containerd v2.
+// subtest: Debian's containerd 1.6, containerd v2 and CRI-O (OpenShift's).
 func runtimes(t *testing.T, test func(t *testing.T, opts ...controlplane.NodeOption)) {
 	for _, tc := range []struct {
 		runtime string
@@ -50,6 +50,7 @@ func runtimes(t *testing.T, test func(t *testing.T, opts ...controlplane.NodeOpt
 	}{
 		{"containerd 1.6", nil},
 		{"containerd 2", []controlplane.NodeOption{controlplane.WithContainerd2()}},
+		{"CRI-O", []controlplane.NodeOption{controlplane.WithCRIO()}},
 	} {
 		t.Run(tc.runtime, func(t *testing.T) { test(t, tc.opts...) })
 	}
@@ -395,12 +396,8 @@ func (c *cluster) containerPID(t testing.TB, pod *corev1.Pod, container string) 
 	if status == nil {
 		t.Fatalf("no status of container %s", container)
 	}
-	id := strings.TrimPrefix(status.ContainerID, "containerd://")
-	task, ok := c.node.Tasks(t)[id]
-	if !ok || !task.Running {
-		t.Fatalf("no running task of container %s", id)
-	}
-	return task.PID
+	_, id, _ := strings.Cut(status.ContainerID, "://")
+	return c.node.ContainerPID(t, id)
 }
 
 // metrics GETs the daemon's /metrics at the pod's address and returns the

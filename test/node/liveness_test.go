@@ -77,12 +77,12 @@ func (c *cluster) sweepdPrune(t *testing.T, args ...string) (stdout []byte, stde
 	return out, errBuf.String(), code
 }
 
-// TestCRILivenessOnNode judges real sandboxes of the node's containerd, as
+// TestCRILivenessOnNode judges real sandboxes of the node's runtime, as
 // the runtime reports them: running (live), NOTREADY (the sandbox of a
 // completed pod, which the kubelet keeps while the pod exists), and
 // removed (deleted pods, and a static pod whose manifest went away). Then
-// the daemon in its pod (liveness cri) lives through a containerd restart:
-// while containerd is down its runs are skipped and counted and nothing is
+// the daemon in its pod (liveness cri) lives through a runtime restart:
+// while the runtime is down its runs are skipped and counted and nothing is
 // deleted; after, pruning resumes.
 func TestCRILivenessOnNode(t *testing.T) { runtimes(t, criLiveness) }
 
@@ -167,7 +167,7 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		}
 	})
 
-	t.Run("the daemon in its pod, through a containerd restart", func(t *testing.T) {
+	t.Run("the daemon in its pod, through a runtime restart", func(t *testing.T) {
 		pod := c.install(t, chartValues(c.node)+fmt.Sprintf(`
   liveness: cri
   criSocket: %s
@@ -183,7 +183,7 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		}
 		c.checkOwnSandbox(t, pod)
 
-		c.node.StopContainerd()
+		c.node.StopRuntime()
 		// A file of a sandbox the runtime never had: stale, but not while
 		// the runtime cannot be asked.
 		stale, err := multuscache.Sandbox(c.multusDir(), multuscache.NewSandboxID(),
@@ -193,16 +193,16 @@ func criLiveness(t *testing.T, opts ...controlplane.NodeOption) {
 		}
 		const skipped = `sweep_prune_skipped_runs_total{reason="cri-unavailable"}`
 		start := metric(pod, skipped)
-		c.eventually(t, waitTimeout, "two runs skipped while containerd is down", func() bool {
+		c.eventually(t, waitTimeout, "two runs skipped while the runtime is down", func() bool {
 			return metric(pod, skipped) >= max(start, 0)+2
 		})
-		framework.CheckFiles(t, "containerd down", stale, true)
-		framework.CheckFiles(t, "running sandbox, containerd down", files["live"], true)
+		framework.CheckFiles(t, "runtime down", stale, true)
+		framework.CheckFiles(t, "running sandbox, runtime down", files["live"], true)
 
-		if err := c.node.StartContainerd(); err != nil {
+		if err := c.node.StartRuntime(); err != nil {
 			t.Fatal(err)
 		}
-		c.eventually(t, waitTimeout, "pruning resumed after containerd's restart", func() bool { return allGone(stale) })
+		c.eventually(t, waitTimeout, "pruning resumed after the runtime's restart", func() bool { return allGone(stale) })
 		framework.CheckFiles(t, "running sandbox after the restart", files["live"], true)
 		framework.CheckFiles(t, "NOTREADY sandbox after the restart", files["done"], true)
 	})

@@ -1,7 +1,8 @@
-// Package node holds the end-to-end tests on a real node: containerd and
-// runc from the machine's packages, the kubelet, kube-scheduler and the
-// control plane built by hack/build-tools.sh, all in a network namespace the
-// tests make (controlplane.RunInNetNS).
+// Package node holds the end-to-end tests on a real node: containerd 1.6
+// and runc from the machine's packages, containerd v2 and CRI-O (with
+// Debian's conmon), the kubelet, kube-scheduler and the control plane built
+// by hack/build-tools.sh, all in a network namespace the tests make
+// (controlplane.RunInNetNS).
 package node
 
 import (

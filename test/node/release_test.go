@@ -4,11 +4,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
 	"github.com/sweep-k8s/sweep/test/framework/ocirelease"
@@ -66,10 +71,24 @@ daemon:
 		if img := pod.Spec.Containers[0].Image; img != want {
 			t.Errorf("the chart's image is %s, want %s", img, want)
 		}
-		// The runtime reports the image by the digest it resolved the tag
-		// to: the published index's.
+		// The runtime reports the image by a digest of what it pulled:
+		// containerd by the published index's; CRI-O by the manifest it
+		// stored, which is neither the index's nor the platform
+		// manifest's as published (c/image rewrites the manifest it
+		// stores), so there the image it ran must be the published
+		// platform image: its ID, the config's digest, and the reported
+		// digest one of the image's own.
 		status := pod.Status.ContainerStatuses[0]
-		if wantID := "ghcr.io/" + ocirelease.ImageRepository + "@" + p.ImageDigest; status.ImageID != wantID {
+		if c.node.CRIO() {
+			img := c.node.ImageStatus(t, want)
+			config := platformConfig(t, p.Image+"@"+p.ImageDigest)
+			if "sha256:"+strings.TrimPrefix(img.GetId(), "sha256:") != config {
+				t.Errorf("CRI-O's image %s is %s, want the published linux/%s image's config %s", want, img.GetId(), runtime.GOARCH, config)
+			}
+			if !slices.Contains(img.GetRepoDigests(), status.ImageID) {
+				t.Errorf("the container's image ID is %s, not one of the image's digests %v", status.ImageID, img.GetRepoDigests())
+			}
+		} else if wantID := "ghcr.io/" + ocirelease.ImageRepository + "@" + p.ImageDigest; status.ImageID != wantID {
 			t.Errorf("the container's image ID is %s, want %s", status.ImageID, wantID)
 		}
 		// The kubelet pulled it: the event names the image.
@@ -91,4 +110,38 @@ daemon:
 		}
 		c.helm(t, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m")
 	})
+}
+
+// platformConfig returns the digest of the config of the image for this
+// machine's platform in the index at ref.
+func platformConfig(t *testing.T, ref string) string {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Manifests {
+		if d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != runtime.GOARCH {
+			continue
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config, err := img.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return config.String()
+	}
+	t.Fatalf("no linux/%s image in %s", runtime.GOARCH, ref)
+	return ""
 }
