@@ -28,6 +28,7 @@ func TestGolden(t *testing.T) {
 		{"version-help", []string{"version", "--help"}},
 		{"unknown-flag", []string{"prune", "--dryrun"}},
 		{"unknown-command", []string{"prun"}},
+		{"unknown-help-topic", []string{"help", "foo"}},
 		{"bad-duration", []string{"prune", "--min-age", "15"}},
 		{"bad-log-level", []string{"--log-level", "verbose", "prune"}},
 		{"stray-argument", []string{"daemon", "now"}},

@@ -28,6 +28,12 @@ func TestRunUsage(t *testing.T) {
 		{name: "unknown command suggests", args: []string{"prun"}, code: exitUsage, stderr: "Did you mean this?\n\tprune\n"},
 		{name: "help", args: []string{"--help"}, code: exitOK, stdout: "Available Commands:", helpPrints: 1},
 		{name: "help command", args: []string{"help", "prune"}, code: exitOK, stdout: "sweepd prune [flags]", helpPrints: 1},
+		{name: "help bare", args: []string{"help"}, code: exitOK, stdout: "Available Commands:", helpPrints: 1},
+		{name: "help of a subcommand's subcommand", args: []string{"help", "completion", "bash"}, code: exitOK, stdout: "sweepd completion bash", helpPrints: 1},
+		// kubectl's message; the exit status of every usage error.
+		{name: "unknown help topic", args: []string{"help", "foo"}, code: exitUsage, stderr: "error: unknown help topic [`foo`]\nSee 'sweepd --help' for usage.\n"},
+		{name: "unknown help topic suggests", args: []string{"help", "prun"}, code: exitUsage, stderr: "error: unknown help topic [`prun`]\n\nDid you mean this?\n\tprune\n"},
+		{name: "help topic with a stray word", args: []string{"help", "prune", "extra"}, code: exitUsage, stderr: "error: unknown help topic [`prune` `extra`]\n"},
 		{name: "command help", args: []string{"prune", "--help"}, code: exitOK, stdout: "--min-age", helpPrints: 1},
 		{name: "daemon help", args: []string{"daemon", "-h"}, code: exitOK, stdout: "--schedule", helpPrints: 1},
 		{name: "global flag before the command", args: []string{"--log-level=debug", "prune", "--help"}, code: exitOK, stdout: "Global Flags:", helpPrints: 1},
