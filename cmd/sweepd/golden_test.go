@@ -16,6 +16,7 @@ func TestGolden(t *testing.T) {
 	for _, v := range []string{"NODE_NAME", "POD_UID", "POD_NAMESPACE"} {
 		t.Setenv(v, "") // defaults taken from the environment
 	}
+	t.Setenv("COLUMNS", "") // help's width: 80
 	tests := []struct {
 		name string
 		args []string

@@ -114,3 +114,55 @@ func TestRunUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpWidth: --help wraps its flags' descriptions to the width of the
+// terminal, else $COLUMNS, else 80, as kubectl does, and every command's
+// line in sweepd's list fits in 80 columns: kubectl wraps neither the list
+// nor the examples, so their lines are kept short instead (issue 44, part 5:
+// lines of 152 columns).
+func TestHelpWidth(t *testing.T) {
+	for _, v := range []string{"NODE_NAME", "POD_UID", "POD_NAMESPACE"} {
+		t.Setenv(v, "")
+	}
+	for _, tc := range []struct {
+		columns string
+		width   int
+	}{
+		{"", 80},
+		{"not a number", 80},
+		{"60", 60},
+		{"132", 132},
+	} {
+		t.Run("COLUMNS="+tc.columns, func(t *testing.T) {
+			t.Setenv("COLUMNS", tc.columns)
+			longest := 0
+			for _, args := range [][]string{{"--help"}, {"prune", "--help"}, {"daemon", "--help"}, {"cleanup", "--help"},
+				{"uninstall", "--help"}, {"journal", "--help"}, {"version", "--help"}} {
+				var stdout, stderr bytes.Buffer
+				if code := run(args, &stdout, &stderr); code != exitOK {
+					t.Fatalf("%v: exit %d\n%s", args, code, &stderr)
+				}
+				section := ""
+				for _, line := range strings.Split(stdout.String(), "\n") {
+					if line != "" && !strings.HasPrefix(line, " ") {
+						section = line // a title, or the closing "Use ..." line
+						continue
+					}
+					switch {
+					case section == "Available Commands:" && len(line) > 80:
+						t.Errorf("%v: a command's line of %d columns: %q", args, len(line), line)
+					case strings.HasSuffix(section, "Flags:"):
+						longest = max(longest, len(line))
+						if len(line) > tc.width {
+							t.Errorf("%v: a flag's line of %d columns, over %d: %q", args, len(line), tc.width, line)
+						}
+					}
+				}
+			}
+			// Wrapped to the width, not to anything narrower.
+			if longest < tc.width-10 {
+				t.Errorf("the longest flag line has %d columns; want it near %d", longest, tc.width)
+			}
+		})
+	}
+}
