@@ -190,6 +190,8 @@ func completeChoices(cmd *cobra.Command) {
 				words = v.choices
 			case levelValue:
 				words = []string{"debug", "info", "warn", "error"}
+			case *reasonsValue:
+				words = allReasons()
 			default:
 				if f.Name == "liveness" {
 					words = []string{"api", "cri", "both"}
