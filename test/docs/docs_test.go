@@ -170,7 +170,7 @@ func (d *docLinks) checkRepoURL(from, url string) {
 }
 
 // TestDocAnchors checks that every link of the documentation resolves, as
-// GitHub renders it: in README.md and every docs/**/*.md, each relative link
+// GitHub renders it: in README.md, CHANGELOG.md and every docs/**/*.md, each relative link
 // (docs/x.md, docs/x.md#anchor, ../README.md, charts/sweep/values.yaml) names
 // a file of the repository and, with an #anchor, one of its headings
 // (framework.GitHubAnchors); and everywhere in the repository (the systemd unit's
@@ -179,7 +179,7 @@ func (d *docLinks) checkRepoURL(from, url string) {
 // does. A heading renamed or a section moved without its links breaks here.
 func TestDocAnchors(t *testing.T) {
 	d := &docLinks{t: t, anchors: map[string]map[string]bool{}}
-	docs := []string{"README.md"}
+	docs := []string{"README.md", "CHANGELOG.md"}
 	err := filepath.WalkDir("../../docs", func(p string, e fs.DirEntry, err error) error {
 		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".md") {
 			docs = append(docs, strings.TrimPrefix(filepath.ToSlash(p), "../../"))
@@ -354,5 +354,64 @@ func TestPruneReasonsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "\n| `"+string(r)+"` |") {
 			t.Errorf("reason %s has no row in docs/prune.md", r)
 		}
+	}
+}
+
+// TestInstallCommands checks every helm command of the README, docs/ and
+// the chart's README template: each installs, upgrades or renders the
+// published chart, oci://, at a --version, into the one namespace all pages
+// use, sweep-system, where every kubectl command at the chart's objects
+// looks too (issue 44, part 1: kube-system in the README, sweep-system
+// elsewhere, and a chart README that installed charts/sweep).
+func TestInstallCommands(t *testing.T) {
+	files := []string{"README.md", "charts/sweep/README.md.gotmpl", "charts/sweep/README.md"}
+	err := filepath.WalkDir("../../docs", func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".md") {
+			files = append(files, strings.TrimPrefix(filepath.ToSlash(p), "../../"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := regexp.MustCompile(`^helm (install|upgrade|template) `)
+	namespace := regexp.MustCompile(`(?:-n|--namespace)[ =](\S+)`)
+	kubectl := regexp.MustCompile(`^(\$ )?kubectl .*(ds|daemonset)/sweep\b`)
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("../..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			cmd := strings.TrimSpace(lines[i])
+			for strings.HasSuffix(cmd, `\`) && i+1 < len(lines) {
+				i++
+				cmd = strings.TrimSuffix(cmd, `\`) + " " + strings.TrimSpace(lines[i])
+			}
+			cmd, _, _ = strings.Cut(cmd, " #") // a comment after the command
+			isHelm := helm.MatchString(cmd)
+			atChart := isHelm || kubectl.MatchString(cmd)
+			if !atChart {
+				continue
+			}
+			n++
+			if isHelm {
+				if !strings.Contains(cmd, " oci://ghcr.io/sweep-k8s/charts/sweep ") {
+					t.Errorf("%s:%d: %q: not the published chart, oci://ghcr.io/sweep-k8s/charts/sweep", f, i+1, cmd)
+				}
+				if !strings.Contains(cmd, " --version ") {
+					t.Errorf("%s:%d: %q: no --version", f, i+1, cmd)
+				}
+			}
+			m := namespace.FindStringSubmatch(cmd)
+			if m == nil || m[1] != "sweep-system" {
+				t.Errorf("%s:%d: %q: want the namespace sweep-system", f, i+1, cmd)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("found %d commands at the chart; has their form changed?", n)
 	}
 }
