@@ -14,7 +14,7 @@ import (
 func cleanupCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cleanup",
-		Short: "One-shot uninstall cleanup of node files and cluster objects, then of itself (spectro-cleanup compatible)",
+		Short: "One-shot cleanup after an uninstall: node files, objects, itself",
 		Long: `One-shot uninstall cleanup: remove the files of file-config.json, delete the
 objects of resource-config.json, then the workload itself and its RBAC. A
 drop-in for spectro-cleanup, whose entry point /cleanup in the image is this

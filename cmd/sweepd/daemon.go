@@ -12,7 +12,7 @@ import (
 func daemonCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "daemon",
-		Short: "Run the node daemon: prune the multus cache on a schedule, serve metrics",
+		Short: "Node daemon: prune the multus cache on a schedule, serve metrics",
 		Long: `Run the node daemon: watch the node's pods, prune the multus cache on a
 schedule, serve metrics and health, and run the uninstall cleanup when its
 config appears.`,

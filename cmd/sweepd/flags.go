@@ -172,6 +172,8 @@ func newFlagSet() *pflag.FlagSet { return pflag.NewFlagSet("", pflag.ContinueOnE
 // the API server.
 type kubeFlags struct {
 	kubeconfig string
+	// home is the kubeconfig tried last; "" is ~/.kube/config. Tests set it.
+	home string
 }
 
 func addKubeFlags(fs *pflag.FlagSet) *kubeFlags {
@@ -195,11 +197,21 @@ func (k *kubeFlags) restConfig() (*rest.Config, error) {
 
 func (k *kubeFlags) load() (*rest.Config, error) {
 	if k.kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+		cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, fmt.Errorf("--kubeconfig %s names no cluster (the file is empty, or has no current-context): "+
+				"give --kubeconfig a kubeconfig with one, or leave it unset for $KUBECONFIG or the in-cluster config", k.kubeconfig)
+		}
+		return cfg, err
 	}
 	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
 		rules := &clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(env)}
 		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if clientcmd.IsEmptyConfig(err) {
+			// client-go skips the files of $KUBECONFIG that do not exist.
+			return nil, fmt.Errorf("$KUBECONFIG %s names no cluster (its files are missing or empty, or have no current-context): "+
+				"set $KUBECONFIG or --kubeconfig to a kubeconfig with one, or unset it for the in-cluster config", env)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("$KUBECONFIG %s: %w", env, err)
 		}
@@ -209,12 +221,20 @@ func (k *kubeFlags) load() (*rest.Config, error) {
 	if inClusterErr == nil {
 		return cfg, nil
 	}
-	home := clientcmd.RecommendedHomeFile
+	home := k.home
+	if home == "" {
+		home = clientcmd.RecommendedHomeFile
+	}
 	if _, err := os.Stat(home); err != nil {
 		return nil, fmt.Errorf("no kubeconfig found: tried --kubeconfig (not set), $KUBECONFIG (not set), the in-cluster config (%w), %s (%w)",
 			inClusterErr, home, errors.Unwrap(err))
 	}
-	return clientcmd.BuildConfigFromFlags("", home)
+	cfg, err := clientcmd.BuildConfigFromFlags("", home)
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, fmt.Errorf("%s names no cluster (the file is empty, or has no current-context), and there is no in-cluster config: "+
+			"set --kubeconfig or $KUBECONFIG to a kubeconfig with one, or run sweepd in a pod", home)
+	}
+	return cfg, err
 }
 
 // addSelfFlags registers --self-gvr, --self-name and --self-namespace: the

@@ -18,9 +18,9 @@ import (
 )
 
 // fromDaemonFlags are the flags of `sweepd prune` that may go with
-// --from-daemon: how to find the daemon, and what to print. Every setting
-// that decides is the daemon's.
-var fromDaemonFlags = []string{"from-daemon", "daemon-pid", "dry-run", "output", "limit", "log-level", "log-format"}
+// --from-daemon: how to find the daemon, and what to print and of which
+// files. Every setting that decides is the daemon's.
+var fromDaemonFlags = []string{"from-daemon", "daemon-pid", "dry-run", "output", "limit", "pod", "uid", "reason", "file", "log-level", "log-format"}
 
 // daemonProcess is a running `sweepd daemon`.
 type daemonProcess struct {
@@ -149,7 +149,7 @@ func checkFromDaemonFlags(cmd *cobra.Command) error {
 		}
 	})
 	if len(bad) > 0 {
-		return usagef("%s: with --from-daemon every setting is the daemon's; only --dry-run, --output, --limit, --daemon-pid and the log flags may be given", strings.Join(bad, ", "))
+		return usagef("%s: with --from-daemon every setting is the daemon's; only --dry-run, --output, --limit, the filters (--pod, --uid, --reason, --file), --daemon-pid and the log flags may be given", strings.Join(bad, ", "))
 	}
 	if f := cmd.Flags().Lookup("dry-run"); f.Changed && f.Value.String() != "true" {
 		return usagef("--dry-run=false: --from-daemon only reports what the daemon would remove; the daemon removes it")

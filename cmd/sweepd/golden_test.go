@@ -16,6 +16,7 @@ func TestGolden(t *testing.T) {
 	for _, v := range []string{"NODE_NAME", "POD_UID", "POD_NAMESPACE"} {
 		t.Setenv(v, "") // defaults taken from the environment
 	}
+	t.Setenv("COLUMNS", "") // help's width: 80
 	tests := []struct {
 		name string
 		args []string
@@ -28,6 +29,7 @@ func TestGolden(t *testing.T) {
 		{"version-help", []string{"version", "--help"}},
 		{"unknown-flag", []string{"prune", "--dryrun"}},
 		{"unknown-command", []string{"prun"}},
+		{"unknown-help-topic", []string{"help", "foo"}},
 		{"bad-duration", []string{"prune", "--min-age", "15"}},
 		{"bad-log-level", []string{"--log-level", "verbose", "prune"}},
 		{"stray-argument", []string{"daemon", "now"}},

@@ -20,7 +20,7 @@ func journalCommand(e *env) *cobra.Command {
 line per file (its pod, UID and reason), kept in the state directory across
 restarts and log rotation, the latest 4,000 or so.`,
 		Example: `  # The last 20 removals, in the chart's daemon
-  kubectl -n kube-system exec ds/sweep -- /sweepd journal --limit 20
+  kubectl -n sweep-system exec ds/sweep -- /sweepd journal --limit 20
 
   # All it keeps, as JSON
   sweepd journal --state-dir=/var/lib/sweep --limit 0 -o json`,

@@ -28,6 +28,12 @@ func TestRunUsage(t *testing.T) {
 		{name: "unknown command suggests", args: []string{"prun"}, code: exitUsage, stderr: "Did you mean this?\n\tprune\n"},
 		{name: "help", args: []string{"--help"}, code: exitOK, stdout: "Available Commands:", helpPrints: 1},
 		{name: "help command", args: []string{"help", "prune"}, code: exitOK, stdout: "sweepd prune [flags]", helpPrints: 1},
+		{name: "help bare", args: []string{"help"}, code: exitOK, stdout: "Available Commands:", helpPrints: 1},
+		{name: "help of a subcommand's subcommand", args: []string{"help", "completion", "bash"}, code: exitOK, stdout: "sweepd completion bash", helpPrints: 1},
+		// kubectl's message; the exit status of every usage error.
+		{name: "unknown help topic", args: []string{"help", "foo"}, code: exitUsage, stderr: "error: unknown help topic [`foo`]\nSee 'sweepd --help' for usage.\n"},
+		{name: "unknown help topic suggests", args: []string{"help", "prun"}, code: exitUsage, stderr: "error: unknown help topic [`prun`]\n\nDid you mean this?\n\tprune\n"},
+		{name: "help topic with a stray word", args: []string{"help", "prune", "extra"}, code: exitUsage, stderr: "error: unknown help topic [`prune` `extra`]\n"},
 		{name: "command help", args: []string{"prune", "--help"}, code: exitOK, stdout: "--min-age", helpPrints: 1},
 		{name: "daemon help", args: []string{"daemon", "-h"}, code: exitOK, stdout: "--schedule", helpPrints: 1},
 		{name: "global flag before the command", args: []string{"--log-level=debug", "prune", "--help"}, code: exitOK, stdout: "Global Flags:", helpPrints: 1},
@@ -55,6 +61,26 @@ func TestRunUsage(t *testing.T) {
 		{name: "negative workers", args: []string{"prune", "--node-name=n", "--workers=-3"}, code: exitUsage, stderr: "--workers: must not be negative"},
 		{name: "metrics address without a port", args: []string{"daemon", "--node-name=n", "--metrics-addr=localhost"}, code: exitUsage, stderr: "--metrics-addr: \"localhost\": address localhost: missing port in address"},
 		{name: "from-daemon refuses a setting", args: []string{"prune", "--from-daemon", "--min-age=1h"}, code: exitUsage, stderr: "--min-age: with --from-daemon every setting is the daemon's"},
+		// The listing's filters (issue 44, part 4): the printer's tests
+		// show what they match.
+		{name: "from-daemon takes the filters", args: []string{"prune", "--from-daemon", "--pod=team/web-0", "--uid=u", "--reason=pod-live", "--file=x", "--min-age=1h"},
+			code: exitUsage, stderr: "error: --min-age: with --from-daemon"},
+		{name: "a filter on a real run", args: []string{"prune", "--node-name=n", "--pod=web-0"}, code: exitUsage,
+			stderr: "error: --pod=web-0: a filter chooses the files listed, not those removed: only with --dry-run or --from-daemon\n"},
+		{name: "filters on a real run", args: []string{"prune", "--node-name=n", "--reason=pod-live,too-young", "--uid=u"}, code: exitUsage,
+			stderr: "error: --uid=u --reason=pod-live,too-young: a filter chooses the files listed"},
+		{name: "a filter with -o text", args: []string{"prune", "--node-name=n", "--dry-run", "-o", "text", "--file=results/*"}, code: exitUsage,
+			stderr: "error: --file=results/*: -o text lists no files\n"},
+		{name: "pod with an empty name", args: []string{"prune", "--node-name=n", "--dry-run", "--pod=team/"}, code: exitUsage,
+			stderr: `error: --pod "team/": want NAMESPACE/NAME or NAME`},
+		{name: "pod with an empty namespace", args: []string{"prune", "--node-name=n", "--dry-run", "--pod=/web-0"}, code: exitUsage, stderr: `want NAMESPACE/NAME or NAME`},
+		{name: "pod with two slashes", args: []string{"prune", "--node-name=n", "--dry-run", "--pod=a/b/c"}, code: exitUsage, stderr: `want NAMESPACE/NAME or NAME`},
+		{name: "unknown reason", args: []string{"prune", "--dry-run", "--reason=pod-lve"}, code: exitUsage,
+			stderr: `invalid argument "pod-lve" for "--reason" flag: unknown reason "pod-lve" (did you mean pod-live?); the reasons: docs/prune.md#reasons`},
+		{name: "unknown reason among several", args: []string{"prune", "--dry-run", "--reason=pod-live,bogus"}, code: exitUsage, stderr: `unknown reason "bogus"; the reasons`},
+		{name: "bad file pattern", args: []string{"prune", "--node-name=n", "--dry-run", "--file=results/[a"}, code: exitUsage,
+			stderr: `error: --file "results/[a": syntax error in pattern`},
+		{name: "a reason completes", args: []string{"__complete", "prune", "--reason", "cni-del"}, code: exitOK, stdout: "cni-del-failed\ncni-del-deferred\n"},
 		{name: "prune without node", args: []string{"prune", "--node-name="}, code: exitUsage, stderr: "--node-name: node name is required"},
 		{name: "prune bad output", args: []string{"prune", "--node-name=n", "-o", "xml"}, code: exitUsage, stderr: `invalid argument "xml" for "-o, --output" flag: want table, wide, json, yaml or text`},
 		{name: "daemon bad schedule", args: []string{"daemon", "--node-name=n", "--schedule=sometimes"}, code: exitUsage, stderr: "--schedule: invalid schedule"},
@@ -104,6 +130,58 @@ func TestRunUsage(t *testing.T) {
 				if tc.args[0] == "version" && strings.Contains(stdout.String(), "--log-") {
 					t.Errorf("version --help offers the log flags:\n%s", stdout.String())
 				}
+			}
+		})
+	}
+}
+
+// TestHelpWidth: --help wraps its flags' descriptions to the width of the
+// terminal, else $COLUMNS, else 80, as kubectl does, and every command's
+// line in sweepd's list fits in 80 columns: kubectl wraps neither the list
+// nor the examples, so their lines are kept short instead (issue 44, part 5:
+// lines of 152 columns).
+func TestHelpWidth(t *testing.T) {
+	for _, v := range []string{"NODE_NAME", "POD_UID", "POD_NAMESPACE"} {
+		t.Setenv(v, "")
+	}
+	for _, tc := range []struct {
+		columns string
+		width   int
+	}{
+		{"", 80},
+		{"not a number", 80},
+		{"60", 60},
+		{"132", 132},
+	} {
+		t.Run("COLUMNS="+tc.columns, func(t *testing.T) {
+			t.Setenv("COLUMNS", tc.columns)
+			longest := 0
+			for _, args := range [][]string{{"--help"}, {"prune", "--help"}, {"daemon", "--help"}, {"cleanup", "--help"},
+				{"uninstall", "--help"}, {"journal", "--help"}, {"version", "--help"}} {
+				var stdout, stderr bytes.Buffer
+				if code := run(args, &stdout, &stderr); code != exitOK {
+					t.Fatalf("%v: exit %d\n%s", args, code, &stderr)
+				}
+				section := ""
+				for _, line := range strings.Split(stdout.String(), "\n") {
+					if line != "" && !strings.HasPrefix(line, " ") {
+						section = line // a title, or the closing "Use ..." line
+						continue
+					}
+					switch {
+					case section == "Available Commands:" && len(line) > 80:
+						t.Errorf("%v: a command's line of %d columns: %q", args, len(line), line)
+					case strings.HasSuffix(section, "Flags:"):
+						longest = max(longest, len(line))
+						if len(line) > tc.width {
+							t.Errorf("%v: a flag's line of %d columns, over %d: %q", args, len(line), tc.width, line)
+						}
+					}
+				}
+			}
+			// Wrapped to the width, not to anything narrower.
+			if longest < tc.width-10 {
+				t.Errorf("the longest flag line has %d columns; want it near %d", longest, tc.width)
 			}
 		})
 	}

@@ -77,6 +77,10 @@ type printer struct {
 	rows     []tableRow
 	limit    int
 	unlisted int
+	// filter, when set, chooses the files listed; errOut is where a table
+	// that it leaves empty says so, as kubectl's "No resources found".
+	filter *fileFilter
+	errOut io.Writer
 	// n counts the files written by JSON or YAML; err is their first
 	// write error, after which nothing more is written.
 	n   int
@@ -98,6 +102,9 @@ func (p *printer) lists() bool { return p.format != outputText }
 
 // file takes one file's outcome. The prune calls it one file at a time.
 func (p *printer) file(f prune.File) {
+	if p.filter != nil && !p.filter.match(f) {
+		return
+	}
 	switch p.format {
 	case outputTable, outputWide:
 		if p.format == outputTable && !f.Remove {
@@ -147,7 +154,9 @@ func (p *printer) writeText(sum *prune.Summary, runErr error) error {
 			return err
 		}
 		if p.unlisted > 0 {
-			if _, err := fmt.Fprintf(p.w, "... and %d more files, not listed (--limit %d; -o json or -o yaml lists every file, streaming)\n",
+			// How many, and the flag that shows them: a cut listing that
+			// says nothing reads as the whole.
+			if _, err := fmt.Fprintf(p.w, "... and %d more files, not listed (--limit=%d): --limit=0 lists them all; -o json or -o yaml streams every file in less memory\n",
 				p.unlisted, p.limit); err != nil {
 				return err
 			}
@@ -155,6 +164,12 @@ func (p *printer) writeText(sum *prune.Summary, runErr error) error {
 		if _, err := io.WriteString(p.w, "\n"); err != nil {
 			return err
 		}
+	} else if p.filter != nil && p.errOut != nil && (p.format == outputTable || p.format == outputWide) {
+		what := "files"
+		if p.format == outputTable {
+			what = "files to remove"
+		}
+		fmt.Fprintf(p.errOut, "No %s match %s.\n", what, p.filter)
 	}
 	return sum.WriteTextResult(p.w, runErr)
 }

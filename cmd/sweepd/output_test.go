@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,5 +286,164 @@ func TestOutputYAMLQuoting(t *testing.T) {
 		if f.File != names[i] || f.Pod.Namespace != names[i] || f.Pod.Name != names[i] || f.Pod.UID != names[i] {
 			t.Errorf("file %d read back as %+v, want %q", i, f, names[i])
 		}
+	}
+}
+
+// inRunOrder returns files as a run reports them: the results files, then
+// the scratch files (phase 2), then the reservations, each in the multus
+// directory /var/lib/cni/multus.
+func inRunOrder(files []prune.File) []prune.File {
+	order := map[prune.Phase]int{prune.PhaseResults: 0, prune.PhaseOther: 0, prune.PhaseScratch: 1, prune.PhaseReservation: 2}
+	out := slices.Clone(files)
+	slices.SortStableFunc(out, func(a, b prune.File) int { return order[a.Phase] - order[b.Phase] })
+	for i := range out {
+		out[i].CacheDir = "/var/lib/cni/multus"
+	}
+	return out
+}
+
+// TestOutputFilter: --pod, --uid, --reason and --file list only the files
+// they match, all of them at once, in every format; a pod's scratch files
+// and reservations by the sandboxes of its results files; a table they
+// leave empty says so on stderr (issue 44, part 4).
+func TestOutputFilter(t *testing.T) {
+	const (
+		webResults  = "results/macvlan-conf-" + sandboxA + "-net1"
+		liveResults = "results/bridge-" + sandboxC + "-net1"
+		liveBroken  = "results/bridge-" + sandboxC + "-net2"
+		cronResults = "results/bridge-" + sandboxB + "-net1"
+	)
+	for _, tc := range []struct {
+		name   string
+		format string
+		filter fileFilter
+		want   []string // the files listed, in the order printed
+		stderr string
+	}{
+		{name: "pod by namespace and name", format: outputWide, filter: fileFilter{pod: "team/web-0"},
+			want: []string{webResults, sandboxA, "/var/lib/cni/networks/macvlan-conf/10.20.0.9"}},
+		{name: "pod by name in any namespace", format: outputWide, filter: fileFilter{pod: "web-0"},
+			want: []string{webResults, sandboxA, "/var/lib/cni/networks/macvlan-conf/10.20.0.9"}},
+		{name: "pod in another namespace", format: outputWide, filter: fileFilter{pod: "other/web-0"},
+			stderr: "No files match --pod=other/web-0.\n"},
+		// The live pod's unparseable file names no pod, but its sandbox.
+		{name: "uid of a live pod", format: outputWide, filter: fileFilter{uid: "5E6F7081-92a3-4b4c-8d6e-7f8091a2b3c4"},
+			want: []string{liveResults, liveBroken, sandboxC, "/var/lib/cni/networks/macvlan-conf/10.20.0.8"}},
+		{name: "uid and pod must agree", format: outputWide, filter: fileFilter{uid: "5e6f7081-92a3-4b4c-8d6e-7f8091a2b3c4", pod: "team/web-0"},
+			stderr: "No files match --pod=team/web-0 --uid=5e6f7081-92a3-4b4c-8d6e-7f8091a2b3c4.\n"},
+		{name: "reasons", format: outputWide, filter: fileFilter{reasons: []string{"pod-live", "sandbox-referenced"}},
+			want: []string{liveResults, sandboxC}},
+		{name: "pod and reason", format: outputWide, filter: fileFilter{pod: "default/live", reasons: []string{"sandbox-live"}},
+			want: []string{"/var/lib/cni/networks/macvlan-conf/10.20.0.8"}},
+		{name: "file pattern on the FILE column", format: outputWide, filter: fileFilter{file: "results/bridge-*"},
+			want: []string{cronResults, liveResults, liveBroken}},
+		{name: "file by full path", format: outputWide, filter: fileFilter{file: "/var/lib/cni/multus/notes.txt"}, want: []string{"notes.txt"}},
+		{name: "file by name", format: outputWide, filter: fileFilter{file: "*-" + sandboxB + "-*"},
+			want: []string{cronResults}},
+		{name: "reservation by its path", format: outputWide, filter: fileFilter{file: "/var/lib/cni/networks/*/10.20.0.7"},
+			want: []string{"/var/lib/cni/networks/macvlan-conf/10.20.0.7"}},
+		{name: "table: the pod's files to remove", format: outputTable, filter: fileFilter{pod: "team/web-0"},
+			want: []string{webResults, sandboxA}},
+		{name: "table: a live pod's files are none to remove", format: outputTable, filter: fileFilter{pod: "default/live"},
+			stderr: "No files to remove match --pod=default/live.\n"},
+		{name: "json", format: outputJSON, filter: fileFilter{reasons: []string{"orphaned-reservation", "earlier-boot"}},
+			want: []string{cronResults, "/var/lib/cni/networks/macvlan-conf/10.20.0.7"}},
+		{name: "json, nothing matches", format: outputJSON, filter: fileFilter{reasons: []string{"too-young"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			p := newPrinter(&stdout, tc.format, "/var/lib/cni/multus", true, outputNow)
+			f := tc.filter
+			f.sandboxes = map[string]bool{}
+			p.filter, p.errOut = &f, &stderr
+			for _, file := range inRunOrder(reservationFiles(true)) {
+				p.file(file)
+			}
+			if err := p.finish(reservationSummary(true), nil); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			if tc.format == outputJSON {
+				var obj struct {
+					Files []struct{ File string } `json:"files"`
+				}
+				if err := json.Unmarshal(stdout.Bytes(), &obj); err != nil {
+					t.Fatalf("%v\n%s", err, &stdout)
+				}
+				for _, r := range obj.Files {
+					got = append(got, r.File)
+				}
+				slices.Sort(got)
+				slices.Sort(tc.want)
+			} else {
+				if strings.HasPrefix(stdout.String(), "FILE ") {
+					table, _, _ := strings.Cut(stdout.String(), "\n\n")
+					for _, line := range strings.Split(table, "\n")[1:] {
+						got = append(got, strings.Fields(line)[0])
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("listed %q, want %q\n%s", got, tc.want, &stdout)
+			}
+			if stderr.String() != tc.stderr {
+				t.Errorf("stderr %q, want %q", &stderr, tc.stderr)
+			}
+			// The summary is the whole run's, whatever is listed.
+			if tc.format != outputJSON && !strings.Contains(stdout.String(), "scanned 4 results, 2 scratch, 1 other") {
+				t.Errorf("no summary of the whole run:\n%s", &stdout)
+			}
+		})
+	}
+}
+
+// TestOutputLimit: a table cut at --limit says how many files it left out
+// and which flag lists them all (issue 44, part 4).
+func TestOutputLimit(t *testing.T) {
+	const cut = "... and %d more files, not listed (--limit=%d): --limit=0 lists them all; -o json or -o yaml streams every file in less memory\n"
+	for _, tc := range []struct {
+		name   string
+		format string
+		limit  int
+		filter *fileFilter
+		rows   int
+		more   int // files said to be left out; 0: no such line
+	}{
+		{name: "table under the limit", format: outputTable, limit: 3, rows: 3},
+		{name: "table over the limit", format: outputTable, limit: 2, rows: 2, more: 1},
+		{name: "wide over the limit", format: outputWide, limit: 2, rows: 2, more: 5},
+		{name: "no limit", format: outputWide, limit: 0, rows: 7},
+		{name: "the default limit", format: outputWide, limit: defaultTableLimit, rows: 7},
+		{name: "filtered, counted among the matches", format: outputWide, limit: 1, filter: &fileFilter{file: "results/*"}, rows: 1, more: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			p := newPrinter(&stdout, tc.format, "/var/lib/cni/multus", true, outputNow)
+			p.limit = tc.limit
+			if tc.filter != nil {
+				tc.filter.sandboxes = map[string]bool{}
+				p.filter, p.errOut = tc.filter, io.Discard
+			}
+			for _, f := range inRunOrder(outputFiles(true)) {
+				p.file(f)
+			}
+			if err := p.finish(outputSummary(true), nil); err != nil {
+				t.Fatal(err)
+			}
+			table, _, _ := strings.Cut(stdout.String(), "\n\n")
+			lines := strings.Split(table+"\n", "\n")
+			rows := len(lines) - 2 // the header, and the empty string after the last newline
+			wantMore := ""
+			if tc.more > 0 {
+				wantMore = fmt.Sprintf(cut, tc.more, tc.limit)
+				rows--
+			}
+			if rows != tc.rows {
+				t.Errorf("%d rows, want %d:\n%s", rows, tc.rows, &stdout)
+			}
+			if gotMore := strings.Contains(stdout.String(), "more files, not listed"); gotMore != (tc.more > 0) || !strings.Contains(stdout.String(), wantMore) {
+				t.Errorf("want the line %q:\n%s", wantMore, &stdout)
+			}
+		})
 	}
 }

@@ -135,6 +135,9 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		Example: `  # What the daemon of this node would remove now, with its own settings
   kubectl -n sweep-system exec ds/sweep -- /sweepd prune --from-daemon
 
+  # Why it keeps this pod's files: those files alone, kept ones too
+  kubectl -n sweep-system exec ds/sweep -- /sweepd prune --from-daemon --pod=team/web-0
+
   # Every file, kept ones too, with the reason
   sweepd prune --node-name=node-a --dry-run -o wide
 
@@ -157,6 +160,7 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 	cmd.Flags().IntVar(&limit, "limit", defaultTableLimit, "with -o table or wide, list at most this many files and count the rest (0: no limit); -o json and yaml list every file, streaming")
 	cmd.Flags().BoolVar(&fromDaemon, "from-daemon", false, "decide exactly as this node's running sweepd daemon: take every setting from its command line (found in /proc: in its container, or on the node of its systemd unit) and report what it would remove now; implies --dry-run")
 	cmd.Flags().IntVar(&daemonPID, "daemon-pid", 0, "with --from-daemon, the daemon's process ID; default the daemon of this container or host")
+	filter := addFilterFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		if limit < 0 {
@@ -180,9 +184,23 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		} else if cmd.Flags().Changed("daemon-pid") {
 			return usagef("--daemon-pid: only with --from-daemon")
 		}
+		if err := filter.validate(); err != nil {
+			return err
+		}
+		if filter.active() && !cfg.Prune.DryRun {
+			return usagef("%s: a filter chooses the files listed, not those removed: only with --dry-run or --from-daemon", filter)
+		}
+		if filter.active() && output == "" {
+			// The question a filter asks is mostly why a file is kept,
+			// which only wide lists.
+			output = outputWide
+		}
 		format, err := parseOutput(output, cfg.Prune.DryRun)
 		if err != nil {
 			return usageError{err}
+		}
+		if filter.active() && format == outputText {
+			return usagef("%s: -o text lists no files", filter)
 		}
 		if err := cfg.Validate(); err != nil {
 			return flagError(err, daemonFlags())
@@ -193,6 +211,9 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		}
 		out := newPrinter(e.stdout, format, cfg.Prune.Dir, cfg.Prune.DryRun, time.Now)
 		out.limit = limit
+		if filter.active() {
+			out.filter, out.errOut = filter, e.stderr
+		}
 		// fail ends a run that deleted nothing: the log says why, and so
 		// does the output in JSON or YAML.
 		fail := func(err error) error {

@@ -69,6 +69,10 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if strings.Contains(msg, "\n") {
 		fmt.Fprintln(stderr)
 	}
+	if cmd.Name() == "help" && cmd.HasParent() {
+		// The help command's own --help lists no topics; its parent's does.
+		cmd = cmd.Parent()
+	}
 	fmt.Fprintf(stderr, "See '%s --help' for usage.\n", cmd.CommandPath())
 	return exitUsage
 }
@@ -144,7 +148,35 @@ Exit status: 0 ok, 1 failure, 2 usage error or refused configuration.`,
 	// the flags that take one of a few words complete them.
 	root.CompletionOptions.HiddenDefaultCmd = false
 	completeChoices(root)
+	strictHelpCommand(root)
 	return root
+}
+
+// strictHelpCommand makes `sweepd help TOPIC` a usage error when TOPIC is
+// no command: cobra's help command prints the root's help for it with exit
+// 0, so a mistyped `sweepd help prnue` in a script passes. The message is
+// kubectl's ("Unknown help topic [`foo`]"), and the exit status sweepd's
+// for a usage error, as for an unknown command.
+func strictHelpCommand(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, help := range root.Commands() {
+		if help.Name() != "help" {
+			continue
+		}
+		help.Run = nil
+		help.RunE = func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				msg := fmt.Sprintf("unknown help topic %#q", args)
+				if s := root.SuggestionsFor(args[0]); len(args) == 1 && len(s) > 0 {
+					msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+				}
+				return usageError{errors.New(msg)}
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		}
+	}
 }
 
 // completeChoices makes every flag of cmd and its subcommands that takes
@@ -158,6 +190,8 @@ func completeChoices(cmd *cobra.Command) {
 				words = v.choices
 			case levelValue:
 				words = []string{"debug", "info", "warn", "error"}
+			case *reasonsValue:
+				words = allReasons()
 			default:
 				if f.Name == "liveness" {
 					words = []string{"api", "cri", "both"}

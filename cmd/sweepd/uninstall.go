@@ -23,7 +23,7 @@ import (
 func uninstallCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "uninstall --configmap=NAME --daemonset=NAME",
-		Short: "Hand the uninstall config to the daemons and wait until every node is clean and the DaemonSet and its RBAC are gone (Helm pre-delete hook)",
+		Short: "Have the daemons clean every node, wait until they are gone",
 		Long: `Hand the uninstall config to the daemons and wait until every node is clean
 and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 1 names what is left.`,

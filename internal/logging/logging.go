@@ -23,7 +23,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("invalid --log-level %q: %w", level, err)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationString}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -32,6 +32,18 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
 	}
+}
+
+// durationString writes a time.Duration as its String ("30s"), as the text
+// handler does by itself: the JSON handler's default is nanoseconds
+// ("deleted_pod_grace":30000000000), which nobody reads at a glance, and
+// the same key would then hold "30s" in one format and a number in the
+// other.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // Setup returns New's logger and makes klog, which client-go logs through

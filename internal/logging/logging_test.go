@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -166,6 +167,48 @@ func TestNewRejects(t *testing.T) {
 	} {
 		if _, err := New(&bytes.Buffer{}, c.format, c.level); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%q, %q) = %v, want an error about %s", c.format, c.level, err, c.want)
+		}
+	}
+}
+
+// TestDurations: a time.Duration is logged as its String ("30s") in both
+// formats, however it reaches the handler: an attribute of the record, of
+// With, in a group, or from klog (issue 44, part 5: JSON logs said
+// "deleted_pod_grace":30000000000).
+func TestDurations(t *testing.T) {
+	t.Cleanup(klog.ClearLogger)
+	for _, c := range []struct {
+		name string
+		log  func(*slog.Logger)
+		json string // substring of the JSON line
+		text string // substring of the text line
+	}{
+		{"attribute", func(l *slog.Logger) { l.Info("daemon", "deleted_pod_grace", 30*time.Second) },
+			`"deleted_pod_grace":"30s"`, "deleted_pod_grace=30s"},
+		{"sub-second", func(l *slog.Logger) { l.Info("x", "yield", 1500*time.Microsecond) },
+			`"yield":"1.5ms"`, "yield=1.5ms"},
+		{"With", func(l *slog.Logger) { l.With("min_age", 15*time.Minute).Info("x") },
+			`"min_age":"15m0s"`, "min_age=15m0s"},
+		{"in a group", func(l *slog.Logger) { l.Info("x", slog.Group("cni_del", "timeout", 2*time.Second)) },
+			`"cni_del":{"timeout":"2s"}`, "cni_del.timeout=2s"},
+		{"from klog", func(*slog.Logger) { klog.InfoS("backing off", "delay", 800*time.Millisecond) },
+			`"delay":"800ms"`, "delay=800ms"},
+		{"a number stays a number", func(l *slog.Logger) { l.Info("x", "files", 3, "duration_seconds", 1.5) },
+			`"files":3,"duration_seconds":1.5`, "files=3 duration_seconds=1.5"},
+	} {
+		for _, f := range []struct{ format, want string }{{"json", c.json}, {"text", c.text}} {
+			t.Run(c.name+"/"+f.format, func(t *testing.T) {
+				var buf bytes.Buffer
+				l, err := Setup(&buf, f.format, "info")
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.log(l)
+				klog.Flush()
+				if !strings.Contains(buf.String(), f.want) {
+					t.Errorf("logged %q, want %q in it", buf.String(), f.want)
+				}
+			})
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package suggest finds the flags a mistyped one may have meant, for the
-// "did you mean" of a usage error, as kubectl suggests commands.
+// Package suggest finds the flags, or the words of a flag's value, that a
+// mistyped one may have meant, for the "did you mean" of a usage error, as
+// kubectl suggests commands.
 package suggest
 
 import (
@@ -36,6 +37,22 @@ func Flags(fs *pflag.FlagSet, name string) []string {
 	slices.SortFunc(out, func(a, b string) int {
 		return cmp.Or(cmp.Compare(rank(a, name), rank(b, name)), strings.Compare(a, b))
 	})
+	return out
+}
+
+// Words returns the words of a closed set (a flag's values) that typed may
+// have meant, by the rules of Flags, in the set's order.
+func Words(words []string, typed string) []string {
+	typed = strings.ToLower(typed)
+	if len(typed) < 2 {
+		return nil
+	}
+	var out []string
+	for _, w := range words {
+		if w != typed && (wordOf(w, typed) || wordOf(typed, w) || distance(w, typed) <= 2) {
+			out = append(out, w)
+		}
+	}
 	return out
 }
 

@@ -33,3 +33,23 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestWords(t *testing.T) {
+	reasons := []string{"pod-gone", "pod-live", "sandbox-live", "too-young", "cni-del-failed"}
+	for _, tc := range []struct {
+		typed string
+		want  []string
+	}{
+		{"pod-lve", []string{"pod-live"}},
+		{"Too-Yong", []string{"too-young"}},
+		{"live", []string{"pod-live", "sandbox-live"}},
+		{"cni-del", []string{"cni-del-failed"}},
+		{"pod-live", nil},
+		{"x", nil},
+		{"unrelated", nil},
+	} {
+		if got := Words(reasons, tc.typed); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Words(%q) = %v, want %v", tc.typed, got, tc.want)
+		}
+	}
+}

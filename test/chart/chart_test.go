@@ -988,6 +988,53 @@ func TestChartPrometheusRules(t *testing.T) {
 	}
 }
 
+// TestChartAlertRunbooks checks that each of the chart's alerts links its
+// own section of docs/troubleshooting.md: runbookBaseURL, then # and the
+// alert's name in lower case, an anchor that GitHub gives a heading there
+// (issue 44, part 4: all six linked the page's top).
+func TestChartAlertRunbooks(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := framework.GitHubAnchors(string(doc))
+	for _, c := range []struct {
+		name  string
+		flags []string
+		base  string
+	}{
+		{"the default base", nil, "https://github.com/sweep-k8s/sweep/blob/main/docs/troubleshooting.md"},
+		{"a base of one's own", []string{"--set", "metrics.prometheusRule.runbookBaseURL=https://wiki.example/sweep"}, "https://wiki.example/sweep"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			objs := chartrender.Decode(t, chartrender.Render(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, c.flags...)...))
+			groups, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "PrometheusRule", "rel-sweep").Object, "spec", "groups")
+			n := 0
+			for _, g := range groups {
+				rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+				for _, r := range rules {
+					name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
+					if name == "" {
+						continue
+					}
+					n++
+					url, _, _ := unstructured.NestedString(r.(map[string]any), "annotations", "runbook_url")
+					anchor := strings.ToLower(name)
+					if want := c.base + "#" + anchor; url != want {
+						t.Errorf("%s: runbook_url %q, want %q", name, url, want)
+					}
+					if !anchors[anchor] {
+						t.Errorf("%s: docs/troubleshooting.md has no heading with the anchor #%s", name, anchor)
+					}
+				}
+			}
+			if n < 6 {
+				t.Errorf("%d alerts rendered, want the chart's six at least", n)
+			}
+		})
+	}
+}
+
 // TestChartValuesDocumented checks that every value in values.yaml has a
 // "# --" comment, on itself or on the map it belongs to, and that the
 // chart's own keys are in values.schema.json.

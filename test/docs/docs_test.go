@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 
 	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/prune"
@@ -142,7 +141,7 @@ func (d *docLinks) check(from, link, target, anchor string) {
 			d.t.Errorf("%s: link %s: %v", from, link, err)
 			return
 		}
-		a = githubAnchors(string(data))
+		a = framework.GitHubAnchors(string(data))
 		d.anchors[target] = a
 	}
 	if !a[anchor] {
@@ -171,16 +170,16 @@ func (d *docLinks) checkRepoURL(from, url string) {
 }
 
 // TestDocAnchors checks that every link of the documentation resolves, as
-// GitHub renders it: in README.md and every docs/**/*.md, each relative link
+// GitHub renders it: in README.md, CHANGELOG.md and every docs/**/*.md, each relative link
 // (docs/x.md, docs/x.md#anchor, ../README.md, charts/sweep/values.yaml) names
 // a file of the repository and, with an #anchor, one of its headings
-// (githubAnchors); and everywhere in the repository (the systemd unit's
+// (framework.GitHubAnchors); and everywhere in the repository (the systemd unit's
 // Documentation=, the chart's links and runbook URLs, the dashboard, the
 // krew manifest), each URL of this repository's README or of a file on main
 // does. A heading renamed or a section moved without its links breaks here.
 func TestDocAnchors(t *testing.T) {
 	d := &docLinks{t: t, anchors: map[string]map[string]bool{}}
-	docs := []string{"README.md"}
+	docs := []string{"README.md", "CHANGELOG.md"}
 	err := filepath.WalkDir("../../docs", func(p string, e fs.DirEntry, err error) error {
 		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".md") {
 			docs = append(docs, strings.TrimPrefix(filepath.ToSlash(p), "../../"))
@@ -199,7 +198,7 @@ func TestDocAnchors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := withoutCodeBlocks(string(data))
+		text := framework.WithoutCodeBlocks(string(data))
 		var targets []string
 		for _, re := range []*regexp.Regexp{inline, reference} {
 			for _, m := range re.FindAllStringSubmatch(text, -1) {
@@ -277,66 +276,6 @@ func TestDocAnchors(t *testing.T) {
 	}
 }
 
-// withoutCodeBlocks blanks the fenced code blocks of a Markdown text, whose
-// lines are neither headings nor links.
-func withoutCodeBlocks(text string) string {
-	lines := strings.Split(text, "\n")
-	fence := ""
-	for i, l := range lines {
-		trimmed := strings.TrimSpace(l)
-		switch {
-		case fence != "":
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			lines[i] = ""
-		case strings.HasPrefix(trimmed, "```"), strings.HasPrefix(trimmed, "~~~"):
-			fence = trimmed[:3]
-			lines[i] = ""
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// githubAnchors returns the anchors GitHub gives the ATX headings of a
-// Markdown text: githubSlug of each, with -1, -2, ... for repeats.
-func githubAnchors(text string) map[string]bool {
-	anchors := map[string]bool{}
-	seen := map[string]int{}
-	heading := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
-	for _, l := range strings.Split(withoutCodeBlocks(text), "\n") {
-		m := heading.FindStringSubmatch(l)
-		if m == nil {
-			continue
-		}
-		slug := githubSlug(m[1])
-		if n := seen[slug]; n > 0 {
-			anchors[fmt.Sprintf("%s-%d", slug, n)] = true
-		} else {
-			anchors[slug] = true
-		}
-		seen[slug]++
-	}
-	return anchors
-}
-
-// githubSlug is the anchor GitHub gives a heading: its rendered text (no
-// backticks or emphasis, a link's text only) in lower case, without
-// punctuation but hyphens and underscores, each space a hyphen.
-func githubSlug(heading string) string {
-	heading = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(heading, "$1")
-	var b strings.Builder
-	for _, r := range strings.ToLower(heading) {
-		switch {
-		case r == ' ':
-			b.WriteRune('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.IsMark(r):
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 func TestGitHubSlug(t *testing.T) {
 	tests := []struct{ heading, want string }{
 		{"With systemd", "with-systemd"},
@@ -349,11 +288,11 @@ func TestGitHubSlug(t *testing.T) {
 		{"A [linked](https://example.invalid) *word*", "a-linked-word"},
 	}
 	for _, tt := range tests {
-		if got := githubSlug(tt.heading); got != tt.want {
-			t.Errorf("githubSlug(%q) = %q, want %q", tt.heading, got, tt.want)
+		if got := framework.GitHubSlug(tt.heading); got != tt.want {
+			t.Errorf("GitHubSlug(%q) = %q, want %q", tt.heading, got, tt.want)
 		}
 	}
-	if a := githubAnchors("# A\n## A\n```\n# not a heading\n```\n### A ###\n"); !a["a"] || !a["a-1"] || !a["a-2"] || a["not-a-heading"] {
+	if a := framework.GitHubAnchors("# A\n## A\n```\n# not a heading\n```\n### A ###\n"); !a["a"] || !a["a-1"] || !a["a-2"] || a["not-a-heading"] {
 		t.Errorf("anchors %v: want a, a-1, a-2 and no heading from the code block", a)
 	}
 }
@@ -415,5 +354,64 @@ func TestPruneReasonsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "\n| `"+string(r)+"` |") {
 			t.Errorf("reason %s has no row in docs/prune.md", r)
 		}
+	}
+}
+
+// TestInstallCommands checks every helm command of the README, docs/ and
+// the chart's README template: each installs, upgrades or renders the
+// published chart, oci://, at a --version, into the one namespace all pages
+// use, sweep-system, where every kubectl command at the chart's objects
+// looks too (issue 44, part 1: kube-system in the README, sweep-system
+// elsewhere, and a chart README that installed charts/sweep).
+func TestInstallCommands(t *testing.T) {
+	files := []string{"README.md", "charts/sweep/README.md.gotmpl", "charts/sweep/README.md"}
+	err := filepath.WalkDir("../../docs", func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".md") {
+			files = append(files, strings.TrimPrefix(filepath.ToSlash(p), "../../"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := regexp.MustCompile(`^helm (install|upgrade|template) `)
+	namespace := regexp.MustCompile(`(?:-n|--namespace)[ =](\S+)`)
+	kubectl := regexp.MustCompile(`^(\$ )?kubectl .*(ds|daemonset)/sweep\b`)
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("../..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			cmd := strings.TrimSpace(lines[i])
+			for strings.HasSuffix(cmd, `\`) && i+1 < len(lines) {
+				i++
+				cmd = strings.TrimSuffix(cmd, `\`) + " " + strings.TrimSpace(lines[i])
+			}
+			cmd, _, _ = strings.Cut(cmd, " #") // a comment after the command
+			isHelm := helm.MatchString(cmd)
+			atChart := isHelm || kubectl.MatchString(cmd)
+			if !atChart {
+				continue
+			}
+			n++
+			if isHelm {
+				if !strings.Contains(cmd, " oci://ghcr.io/sweep-k8s/charts/sweep ") {
+					t.Errorf("%s:%d: %q: not the published chart, oci://ghcr.io/sweep-k8s/charts/sweep", f, i+1, cmd)
+				}
+				if !strings.Contains(cmd, " --version ") {
+					t.Errorf("%s:%d: %q: no --version", f, i+1, cmd)
+				}
+			}
+			m := namespace.FindStringSubmatch(cmd)
+			if m == nil || m[1] != "sweep-system" {
+				t.Errorf("%s:%d: %q: want the namespace sweep-system", f, i+1, cmd)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("found %d commands at the chart; has their form changed?", n)
 	}
 }

@@ -1258,3 +1258,54 @@ func TestPluginCompletionShim(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginCompletionThroughKubectl checks what docs/kubectl-plugin.md says
+// of completion through kubectl: kubectl (the tests' version) never asks a
+// plugin under `kubectl create` to complete, and the top-level name that krew
+// installs, `kubectl create-transient-configmap`, completes through the
+// completion executable linked under that name's spelling. Should kubectl
+// start to complete under create, the first case fails: the page must change.
+func TestPluginCompletionThroughKubectl(t *testing.T) {
+	kubectl, _ := pluginTools(t)
+	plugin := pluginPATH(t)
+	dir := t.TempDir()
+	for _, l := range [][2]string{
+		{pluginName, pluginName},
+		{"kubectl_complete-create-transient_configmap", "kubectl_complete-create-transient_configmap"},
+		// krew's name for the plugin, and its completion executable's.
+		{pluginName, "kubectl-create_transient_configmap"},
+		{"kubectl_complete-create-transient_configmap", "kubectl_complete-create_transient_configmap"},
+	} {
+		if err := os.Symlink(filepath.Join(plugin, l[0]), filepath.Join(dir, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete := func(args ...string) string {
+		cmd := exec.Command(kubectl, append([]string{"__complete"}, args...)...)
+		cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "HOME=" + t.TempDir(), "KUBECONFIG=" + filepath.Join(dir, "none")}
+		out, err := cmd.Output() // kubectl's debug lines go to stderr
+		if err != nil {
+			t.Fatalf("kubectl __complete %v: %v", args, err)
+		}
+		return string(out)
+	}
+	for _, tc := range []struct {
+		args   []string
+		want   bool // --job-name offered
+		listed string
+	}{
+		{args: []string{"create", "transient_configmap", "cfg", "--job-"}, want: false},
+		{args: []string{"create-transient-configmap", "cfg", "--job-"}, want: true},
+	} {
+		out := complete(tc.args...)
+		if got := strings.Contains(out, "--job-name\t"); got != tc.want {
+			t.Errorf("kubectl __complete %v offers --job-name: %v, want %v (docs/kubectl-plugin.md#completion says so)\n%s", tc.args, got, tc.want, out)
+		}
+	}
+	if out := complete("create", "transient"); strings.Contains(out, "transient") {
+		t.Errorf("kubectl now offers the plugin under create; docs/kubectl-plugin.md#completion says it does not:\n%s", out)
+	}
+	if out := complete("create-tr"); !strings.Contains(out, "create-transient-configmap") {
+		t.Errorf("kubectl does not offer the top-level name create-transient-configmap:\n%s", out)
+	}
+}
