@@ -333,9 +333,11 @@ type Daemon struct {
 	deps     prune.Deps // the prune's, the same for every run
 	health   *health
 	pause    pause
-	events   *nodeEvents     // nil without the API server
-	journal  *journal.Writer // nil without a state directory
-	ranges   *rangeReader    // nil without a CNI configuration directory
+	// dryRunState is the dry run as the last run took it (pruneConfig).
+	dryRunState dryRunState
+	events      *nodeEvents     // nil without the API server
+	journal     *journal.Writer // nil without a state directory
+	ranges      *rangeReader    // nil without a CNI configuration directory
 	// whereabouts is the gauge of the Whereabouts addresses the node's
 	// live pods hold.
 	whereabouts *whereaboutsHeld
@@ -661,6 +663,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "runtime_cache_dir", d.cfg.Prune.RuntimeDir,
 		"dry_run", d.cfg.Prune.DryRun,
 		"cni_del", d.deps.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
+	if !d.views.FollowsNode() {
+		// An operator who annotates this node must learn here that it
+		// changes nothing.
+		d.log.Info("the Node's annotations are not read: with cri liveness the daemon reads no Node; --pause pauses it and --dry-run decides its dry run",
+			"annotations", []string{liveness.PauseAnnotation, liveness.DryRunAnnotation})
+	}
 
 	select {
 	case <-ctx.Done():
@@ -844,7 +852,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.log.Info("prune skipped: paused; it runs when the pause is lifted", "pause", why)
 		return
 	}
-	opts := prune.Options{Config: d.cfg.Prune, Deps: d.deps}
+	opts := prune.Options{Config: d.pruneConfig(), Deps: d.deps}
 	if opts.Release != nil {
 		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
 	}

@@ -359,7 +359,7 @@ func (d *Daemon) checkDeleted(ctx context.Context, batch []*deletedPod) {
 	// pods being bound (--cni-del-yield), on a busy node for long, and a
 	// scheduled run waits for the check. What is not started by then is
 	// kept (cni-del-deferred) and checked again.
-	opts := prune.Options{Config: d.cfg.Prune, Deps: deps, Targets: &prune.Targets{UIDs: uids, Results: found, MinAge: minAge},
+	opts := prune.Options{Config: d.pruneConfig(), Deps: deps, Targets: &prune.Targets{UIDs: uids, Results: found, MinAge: minAge},
 		ReleaseUntil: now.Add(maxCheckReleases)}
 	sum, _, err := prune.Cycle(ctx, d.sources, opts)
 	d.metrics.deletedChecks.Inc()

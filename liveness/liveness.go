@@ -304,6 +304,21 @@ func (v *Views) NodePause() (string, bool) {
 	return v.nodeWatch.pause()
 }
 
+// NodeDryRun returns the value of the Node's DryRunAnnotation as the view
+// that follows the Node holds it now, and whether it is set; false without
+// that view (not Following, or cri liveness).
+func (v *Views) NodeDryRun() (string, bool) {
+	if v.nodeWatch == nil {
+		return "", false
+	}
+	return v.nodeWatch.dryRun()
+}
+
+// FollowsNode reports whether the views follow the Node, so that its
+// annotations (PauseAnnotation, DryRunAnnotation) count; not with cri
+// liveness, which reads no Node.
+func (v *Views) FollowsNode() bool { return v.nodeWatch != nil }
+
 // Problem is a source that a view cannot follow now, and why.
 type Problem struct {
 	// Source is what the view follows: SourcePods or SourceNode.

@@ -23,9 +23,10 @@ var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"
 
 // nodeInfo is what a Node says of the machine behind it.
 type nodeInfo struct {
-	bootID  string // status.nodeInfo.bootID
-	runtime string // status.nodeInfo.containerRuntimeVersion, "containerd://1.7.2"
-	pause   string // the PauseAnnotation's value
+	bootID  string  // status.nodeInfo.bootID
+	runtime string  // status.nodeInfo.containerRuntimeVersion, "containerd://1.7.2"
+	pause   string  // the PauseAnnotation's value
+	dryRun  *string // the DryRunAnnotation's value, nil when not set
 }
 
 // PauseAnnotation on a Node pauses sweep on it: no removal, CNI DEL or
@@ -33,6 +34,12 @@ type nodeInfo struct {
 // investigation. kubectl annotate node NODE sweep.k8s.io/pause=REASON sets
 // it; kubectl annotate node NODE sweep.k8s.io/pause- lifts it.
 const PauseAnnotation = "sweep.k8s.io/pause"
+
+// DryRunAnnotation on a Node overrides the daemon's --dry-run there, for a
+// staged rollout: "false" removes on a node whose daemon runs with
+// --dry-run (a canary), "true" only lists on a node whose daemon removes.
+// Any other value is a dry run: a typo must not turn removal on.
+const DryRunAnnotation = "sweep.k8s.io/dry-run"
 
 // bootWitness proves that the Node named is this machine: it exists and
 // its kubelet reports this boot's ID. A name that is not the node's lists
@@ -103,6 +110,9 @@ func infoOf(obj *unstructured.Unstructured) nodeInfo {
 	n.bootID, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "bootID")
 	n.runtime, _, _ = unstructured.NestedString(obj.Object, "status", "nodeInfo", "containerRuntimeVersion")
 	n.pause = pauseOf(obj)
+	if v, ok := obj.GetAnnotations()[DryRunAnnotation]; ok {
+		n.dryRun = &v
+	}
 	return n
 }
 
@@ -167,8 +177,15 @@ func slimNode(obj any) any {
 	slim.SetResourceVersion(u.GetResourceVersion())
 	_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
 	_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
+	annotations := map[string]string{}
 	if n.pause != "" {
-		slim.SetAnnotations(map[string]string{PauseAnnotation: n.pause})
+		annotations[PauseAnnotation] = n.pause
+	}
+	if n.dryRun != nil {
+		annotations[DryRunAnnotation] = *n.dryRun
+	}
+	if len(annotations) > 0 {
+		slim.SetAnnotations(annotations)
 	}
 	return slim
 }
@@ -210,6 +227,17 @@ func (w *nodeWatcher) pause() (string, bool) {
 	}
 	v := pauseOf(obj.(*unstructured.Unstructured))
 	return v, v != ""
+}
+
+// dryRun reads the Node's DryRunAnnotation from the store, as pause does:
+// its value, and whether it is set. No Node is no annotation.
+func (w *nodeWatcher) dryRun() (string, bool) {
+	obj, ok, err := w.store.GetByKey(w.name)
+	if err != nil || !ok {
+		return "", false
+	}
+	v, ok := obj.(*unstructured.Unstructured).GetAnnotations()[DryRunAnnotation]
+	return v, ok
 }
 
 // pauseOf is the PauseAnnotation's value, "" when it does not pause.

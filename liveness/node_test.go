@@ -190,3 +190,40 @@ func TestNodePause(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeDryRun: the dry-run annotation is the Node's as the store holds
+// it now, whatever its value (the daemon decides what a value means); not
+// set, or no Node, is no annotation.
+func TestNodeDryRun(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string // nil: no Node in the store
+		want        string
+		set         bool
+	}{
+		{"false", map[string]string{DryRunAnnotation: "false"}, "false", true},
+		{"true beside a pause", map[string]string{DryRunAnnotation: "true", PauseAnnotation: "x"}, "true", true},
+		{"empty", map[string]string{DryRunAnnotation: ""}, "", true},
+		{"other annotations", map[string]string{"example.com/x": "y"}, "", false},
+		{"no Node", nil, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &nodeWatcher{name: "n1", store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+			if tc.annotations != nil {
+				n := &unstructured.Unstructured{}
+				n.SetName("n1")
+				n.SetAnnotations(tc.annotations)
+				if err := w.store.Add(slimNode(n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v := &Views{nodeWatch: w}
+			if got, ok := v.NodeDryRun(); got != tc.want || ok != tc.set {
+				t.Errorf("NodeDryRun() = %q, %v; want %q, %v", got, ok, tc.want, tc.set)
+			}
+		})
+	}
+	if (&Views{}).FollowsNode() {
+		t.Error("views without a Node watch follow the Node")
+	}
+}
