@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -64,7 +65,7 @@ func Setup(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := klogHandler{errorKey{logger.Handler()}}
+	h := klogHandler{Handler: errorKey{logger.Handler()}, limit: newRepeatLimit(klogRepeatEvery, time.Now)}
 	klog.SetLoggerWithOptions(logr.FromSlogHandler(h), klog.ContextualLogger(true),
 		klog.WriteKlogBuffer(func(data []byte) { writeKlogLine(h, data) }))
 	rest.SetDefaultWarningHandlerWithContext(apiWarnings{logger})
@@ -122,8 +123,59 @@ func (a apiWarnings) HandleWarningHeaderWithContext(ctx context.Context, code in
 }
 
 // klogHandler is the handler klog writes to: the command's, with errorKey's
-// renaming and without the feature-gate noise.
-type klogHandler struct{ slog.Handler }
+// renaming, without the feature-gate noise, and with client-go's repeated
+// warnings and errors limited (repeatLimit).
+type klogHandler struct {
+	slog.Handler
+	limit *repeatLimit // shared by the handlers WithAttrs and WithGroup derive
+}
+
+// klogRepeatEvery is how often one warning or error of client-go's is
+// logged while it repeats: a reflector whose watch fails retries within a
+// second or two, and logs each retry at ERROR ("Failed to watch"); on 500
+// nodes in an API server outage, that floods an error dashboard with the
+// one fact each daemon's own WARN already said.
+const klogRepeatEvery = 30 * time.Second
+
+// repeatLimit lets one record of each level and message through per
+// interval, and counts the rest; the next one through says how many were
+// suppressed. Its keys are client-go's messages, a fixed set.
+type repeatLimit struct {
+	every time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	seen  map[string]*repeats
+}
+
+type repeats struct {
+	last       time.Time
+	suppressed int
+}
+
+func newRepeatLimit(every time.Duration, now func() time.Time) *repeatLimit {
+	return &repeatLimit{every: every, now: now, seen: map[string]*repeats{}}
+}
+
+// allow reports whether r may be logged, and how many like it were
+// suppressed since the last that was.
+func (l *repeatLimit) allow(r slog.Record) (bool, int) {
+	key := r.Level.String() + " " + r.Message
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.seen[key]
+	if !ok {
+		l.seen[key] = &repeats{last: now}
+		return true, 0
+	}
+	if now.Sub(e.last) < l.every {
+		e.suppressed++
+		return false, 0
+	}
+	n := e.suppressed
+	e.last, e.suppressed = now, 0
+	return true, n
+}
 
 // featureGateDefault is what client-go's feature gates log, once per gate,
 // when they first read their environment: each gate's default, at V(1).
@@ -139,15 +191,25 @@ func (h klogHandler) Handle(ctx context.Context, r slog.Record) error {
 		// are DEBUG, and --log-level=debug shows them up to V(4).
 		r.Level = slog.LevelDebug
 	}
+	if r.Level >= slog.LevelWarn && h.limit != nil {
+		ok, suppressed := h.limit.allow(r)
+		if !ok {
+			return nil
+		}
+		if suppressed > 0 {
+			r = r.Clone()
+			r.AddAttrs(slog.Int("suppressed", suppressed))
+		}
+	}
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h klogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return klogHandler{h.Handler.WithAttrs(attrs)}
+	return klogHandler{Handler: h.Handler.WithAttrs(attrs), limit: h.limit}
 }
 
 func (h klogHandler) WithGroup(name string) slog.Handler {
-	return klogHandler{h.Handler.WithGroup(name)}
+	return klogHandler{Handler: h.Handler.WithGroup(name), limit: h.limit}
 }
 
 // errorKey renames the "err" attribute, which logr gives a klog error, to

@@ -212,3 +212,55 @@ func TestDurations(t *testing.T) {
 		}
 	}
 }
+
+// TestKlogRepeats: client-go's repeated warnings and errors (a reflector
+// retrying a failed watch) are logged once per klogRepeatEvery, the next
+// saying how many were suppressed; other messages and levels are apart,
+// and INFO and DEBUG pass unlimited.
+func TestKlogRepeats(t *testing.T) {
+	var buf bytes.Buffer
+	base, err := New(&buf, "json", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	h := klogHandler{Handler: base.Handler(), limit: newRepeatLimit(30*time.Second, func() time.Time { return now })}
+	log := slog.New(h)
+	for range 10 {
+		log.Error("Failed to watch", "resource", "pods")
+	}
+	log.Warn("Failed to watch") // another level: its own
+	log.Error("Failed to list") // another message: its own
+	log.Info("Starting reflector")
+	log.Info("Starting reflector")
+	now = now.Add(31 * time.Second)
+	log.Error("Failed to watch", "resource", "pods")
+
+	var lines []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	want := []struct {
+		level, msg string
+		suppressed any
+	}{
+		{"ERROR", "Failed to watch", nil},
+		{"WARN", "Failed to watch", nil},
+		{"ERROR", "Failed to list", nil},
+		{"INFO", "Starting reflector", nil},
+		{"INFO", "Starting reflector", nil},
+		{"ERROR", "Failed to watch", float64(9)},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		if lines[i]["level"] != w.level || lines[i]["msg"] != w.msg || lines[i]["suppressed"] != w.suppressed {
+			t.Errorf("line %d: %v; want level %s msg %q suppressed %v", i, lines[i], w.level, w.msg, w.suppressed)
+		}
+	}
+}
