@@ -335,9 +335,11 @@ type Daemon struct {
 	pause    pause
 	// dryRunState is the dry run as the last run took it (pruneConfig).
 	dryRunState dryRunState
-	events      *nodeEvents     // nil without the API server
-	journal     *journal.Writer // nil without a state directory
-	ranges      *rangeReader    // nil without a CNI configuration directory
+	// failStreak counts the runs in a row that failed (noteFailure).
+	failStreak int
+	events     *nodeEvents     // nil without the API server
+	journal    *journal.Writer // nil without a state directory
+	ranges     *rangeReader    // nil without a CNI configuration directory
 	// whereabouts is the gauge of the Whereabouts addresses the node's
 	// live pods hold.
 	whereabouts *whereaboutsHeld
@@ -878,18 +880,23 @@ func (d *Daemon) cycle(ctx context.Context) {
 			d.metrics.skipped.WithLabelValues(skipNodeUnproven).Inc()
 			d.setProven(err)
 			d.log.Warn("prune skipped: nothing deleted", "error", err)
+			d.warnNode(ctx, warnUnproven, "prune skipped, nothing deleted: "+err.Error())
 		case errors.Is(err, liveness.ErrRuntimeUnproven):
 			d.metrics.skipped.WithLabelValues(skipRuntimeUnproven).Inc()
 			d.setProven(err)
 			d.log.Warn("prune skipped: nothing deleted", "error", err)
+			d.warnNode(ctx, warnUnproven, "prune skipped, nothing deleted: "+err.Error())
 		case errors.Is(err, prune.ErrPodsUnavailable):
 			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
 			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", err)
+			d.warnNode(ctx, warnNoView, "prune skipped, nothing deleted: no fresh view of the node's pods: "+err.Error())
 		case errors.Is(err, prune.ErrSandboxesUnavailable):
 			d.metrics.skipped.WithLabelValues(skipCRIUnavailable).Inc()
 			d.log.Warn("prune skipped: no list of sandboxes from the container runtime; nothing deleted", "error", err)
+			d.warnNode(ctx, warnNoView, "prune skipped, nothing deleted: no list of sandboxes from the container runtime: "+err.Error())
 		default:
 			d.log.Error("prune skipped", "error", err)
+			d.noteFailure(ctx, err)
 		}
 		return
 	}
@@ -908,8 +915,27 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.log.Warn("prune stopped: a view went stale or stopped being proven; nothing more deleted", append(attrs, "error", d.staleReason())...)
 	case err != nil:
 		d.log.Error("prune stopped", append(attrs, "error", err)...)
+		d.noteFailure(ctx, err)
 	default:
+		d.failStreak = 0
 		d.log.Info("prune done", attrs...)
+	}
+}
+
+// warnNode posts a Warning Event on the Node (nodeEvents.warn), where the
+// daemon posts Events at all (not with cri liveness: no API client).
+func (d *Daemon) warnNode(ctx context.Context, reason, note string) {
+	if d.events != nil {
+		d.events.warn(ctx, reason, note)
+	}
+}
+
+// noteFailure counts a failed run; warnFailStreak of them in a row are a
+// Warning on the Node. The caller holds running.
+func (d *Daemon) noteFailure(ctx context.Context, err error) {
+	d.failStreak++
+	if d.failStreak >= warnFailStreak {
+		d.warnNode(ctx, warnFailing, fmt.Sprintf("%d prune runs in a row failed; the last: %v", d.failStreak, err))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,10 +40,54 @@ type nodeEvents struct {
 	node   string
 	log    *slog.Logger
 	failed bool // a failure was logged at WARN; the next ones at DEBUG
+
+	// warned is when each Warning reason was last posted (warn).
+	mu     sync.Mutex
+	warned map[string]time.Time
 }
 
 func newNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *nodeEvents {
-	return &nodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log}
+	return &nodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log,
+		warned: map[string]time.Time{}}
+}
+
+// Warning Events on the Node, a closed set of reasons: a node in trouble,
+// visible in Kubernetes (kubectl events, node-problem-detector's readers),
+// not only in metrics and logs.
+const (
+	// warnUnproven: runs skipped because the views are not proven this
+	// node's (node-unproven, runtime-unproven).
+	warnUnproven = "SweepUnproven"
+	// warnNoView: runs skipped for want of a fresh view of the pods or a
+	// list of the runtime's sandboxes.
+	warnNoView = "SweepNoView"
+	// warnFailing: warnFailStreak runs in a row failed.
+	warnFailing = "SweepPruneFailing"
+	// warnPaused: paused for longer than warnPausedFor.
+	warnPaused = "SweepPausedLong"
+
+	// warnEvery is how often one reason is posted while it lasts. The
+	// kubelet's recorder would post a repeating Event about every 5
+	// minutes (its spam filter); one an hour per node says the same to an
+	// operator of 500 nodes at a twelfth of the API server's writes.
+	warnEvery      = time.Hour
+	warnFailStreak = 3
+	warnPausedFor  = 24 * time.Hour
+)
+
+// warn posts a Warning Event of reason (one of the warn constants) on the
+// Node, unless one of that reason was posted within warnEvery.
+func (n *nodeEvents) warn(ctx context.Context, reason, note string) {
+	now := time.Now()
+	n.mu.Lock()
+	last, ok := n.warned[reason]
+	if ok && now.Sub(last) < warnEvery {
+		n.mu.Unlock()
+		return
+	}
+	n.warned[reason] = now
+	n.mu.Unlock()
+	n.create(ctx, "Warning", reason, note)
 }
 
 // record creates the Event of a real run's summary, if it removed or
@@ -51,6 +96,15 @@ func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
 	note := eventNote(sum)
 	if note == "" {
 		return
+	}
+	n.create(ctx, "Normal", eventReason, note)
+}
+
+// create posts an Event of type typ on the Node; a failure is logged, at
+// WARN the first time.
+func (n *nodeEvents) create(ctx context.Context, typ, reason, note string) {
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
 	}
 	now := time.Now()
 	ev := &unstructured.Unstructured{Object: map[string]any{
@@ -64,8 +118,8 @@ func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
 		"reportingController": eventController,
 		"reportingInstance":   "sweepd-" + n.node,
 		"action":              eventAction,
-		"reason":              eventReason,
-		"type":                "Normal",
+		"reason":              reason,
+		"type":                typ,
 		"note":                note,
 		"regarding":           map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.node},
 	}}
@@ -77,8 +131,8 @@ func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
 			level = slog.LevelDebug
 		}
 		n.failed = true
-		n.log.Log(ctx, level, "cannot record the run as an Event on the Node (it needs create on events.events.k8s.io); the log and the metrics still have it",
-			"error", err)
+		n.log.Log(ctx, level, "cannot record an Event on the Node (it needs create on events.events.k8s.io); the log and the metrics still have it",
+			"reason", reason, "error", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -35,9 +36,10 @@ func (d *Daemon) paused() bool {
 // pause is what the daemon knows of its pause between runs.
 type pause struct {
 	mu     sync.Mutex
-	why    string // the pause in force, "" for none
-	seen   bool   // why has been taken once
-	heldUp bool   // a run was skipped or stopped by it: run once it lifts
+	why    string    // the pause in force, "" for none
+	since  time.Time // when why began
+	seen   bool      // why has been taken once
+	heldUp bool      // a run was skipped or stopped by it: run once it lifts
 }
 
 // watchState follows, every interval until ctx ends, what the daemon says
@@ -66,6 +68,10 @@ func (d *Daemon) notePause(ctx context.Context, wg *sync.WaitGroup) string {
 	d.pause.mu.Lock()
 	changed := !d.pause.seen || why != d.pause.why
 	wasPaused := d.pause.why != ""
+	if changed {
+		d.pause.since = time.Now()
+	}
+	pausedFor := time.Since(d.pause.since)
 	d.pause.why, d.pause.seen = why, true
 	rerun := changed && why == "" && d.pause.heldUp
 	if rerun {
@@ -73,6 +79,9 @@ func (d *Daemon) notePause(ctx context.Context, wg *sync.WaitGroup) string {
 	}
 	d.pause.mu.Unlock()
 	d.metrics.paused.Set(boolFloat(why != ""))
+	if why != "" && pausedFor >= warnPausedFor {
+		d.warnNode(ctx, warnPaused, fmt.Sprintf("paused for %s (%s): nothing is removed, DELed or released", pausedFor.Round(time.Minute), why))
+	}
 	switch {
 	case !changed:
 	case why != "":

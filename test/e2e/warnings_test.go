@@ -1,0 +1,53 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sweep-k8s/sweep/test/framework"
+	"github.com/sweep-k8s/sweep/test/framework/controlplane"
+	"github.com/sweep-k8s/sweep/test/framework/kubeobj"
+	"github.com/sweep-k8s/sweep/test/framework/sweepdproc"
+)
+
+// TestNodeWarningEvents (issue 44): a node in trouble is visible in
+// Kubernetes: a daemon whose runs are skipped because its views are not
+// proven this node's (here: the Node reports another machine's boot ID)
+// posts a Warning Event SweepUnproven on the Node, saying why, and posts
+// it once an hour however many runs it skips (a run a second here), so
+// that 500 nodes in trouble do not flood the API server.
+func TestNodeWarningEvents(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	setNodeBootID(t, cs, "node-b", "0b0b0b0b-0000-4000-8000-000000000000")
+	dir := filepath.Join(t.TempDir(), "multus")
+	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-b", "--multus-dir="+dir,
+		"--schedule=@every 1s", "--allow-short-intervals", "--min-age=30s")
+	framework.Eventually(t, 60*time.Second, "five runs skipped as node-unproven", func() bool {
+		return d.Metric(t, `sweep_prune_skipped_runs_total{reason="node-unproven"}`) >= 5
+	})
+	var warnings []string
+	framework.Eventually(t, 30*time.Second, "a Warning Event on node-b", func() bool {
+		list, err := cs.EventsV1().Events("default").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnings = warnings[:0]
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Node" && e.Regarding.Name == "node-b" && e.Type == "Warning" {
+				warnings = append(warnings, e.Reason+": "+e.Note)
+			}
+		}
+		return len(warnings) > 0
+	})
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "SweepUnproven: prune skipped, nothing deleted: ") ||
+		!strings.Contains(warnings[0], `reports boot ID "0b0b0b0b-0000-4000-8000-000000000000"`) {
+		t.Errorf("Warning Events on node-b after %v skipped runs: %q; want one SweepUnproven naming the boot ID",
+			d.Metric(t, `sweep_prune_skipped_runs_total{reason="node-unproven"}`), warnings)
+	}
+}
