@@ -93,6 +93,11 @@ type Config struct {
 	// daemon runs, as the Node's liveness.PauseAnnotation does for one
 	// node: for maintenance or an investigation.
 	Pause bool
+	// NodeCondition keeps the Node's condition SweepProblem up to date
+	// (nodeCondition), for remediation tools that act on Node conditions
+	// (node-problem-detector's model). Off by default: it needs patch on
+	// nodes/status, a right over every field of every Node's status.
+	NodeCondition bool
 	// AllowShortIntervals accepts a minimum age and a schedule interval
 	// under MinInterval, for tests and demos.
 	AllowShortIntervals bool
@@ -337,9 +342,11 @@ type Daemon struct {
 	dryRunState dryRunState
 	// failStreak counts the runs in a row that failed (noteFailure).
 	failStreak int
-	events     *nodeEvents     // nil without the API server
-	journal    *journal.Writer // nil without a state directory
-	ranges     *rangeReader    // nil without a CNI configuration directory
+	// condition is the Node's condition, nil unless NodeCondition.
+	condition *nodeCondition
+	events    *nodeEvents     // nil without the API server
+	journal   *journal.Writer // nil without a state directory
+	ranges    *rangeReader    // nil without a CNI configuration directory
 	// whereabouts is the gauge of the Whereabouts addresses the node's
 	// live pods hold.
 	whereabouts *whereaboutsHeld
@@ -395,6 +402,11 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	if dc := views.Dynamic(); dc != nil && cfg.NodeName != "" {
 		d.events = newNodeEvents(dc, cfg.NodeName, d.log)
+		if cfg.NodeCondition {
+			d.condition = newNodeCondition(dc, cfg.NodeName, d.log)
+		}
+	} else if cfg.NodeCondition {
+		d.log.Warn("the Node's condition is not set: with cri liveness the daemon has no API client", "condition", conditionType)
 	}
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
@@ -918,6 +930,9 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.noteFailure(ctx, err)
 	default:
 		d.failStreak = 0
+		if d.condition != nil {
+			d.condition.set(ctx, false, conditionHealthy, "the last prune run completed")
+		}
 		d.log.Info("prune done", attrs...)
 	}
 }
@@ -927,6 +942,9 @@ func (d *Daemon) cycle(ctx context.Context) {
 func (d *Daemon) warnNode(ctx context.Context, reason, note string) {
 	if d.events != nil {
 		d.events.warn(ctx, reason, note)
+	}
+	if d.condition != nil {
+		d.condition.set(ctx, true, reason, note)
 	}
 }
 

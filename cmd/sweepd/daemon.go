@@ -35,6 +35,7 @@ config appears.`,
 		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
 		cfg.DeletedPodGrace, cfg.DeletedPodMinAge = f.grace, f.graceAge
 		cfg.CNIConfDir = *confDir
+		cfg.NodeCondition = f.condition
 		uc, err := u.config()
 		if err != nil {
 			return err
@@ -64,6 +65,7 @@ type daemonCmdFlags struct {
 	onStart   bool
 	addr      string
 	pause     bool
+	condition bool // --node-condition
 	grace     time.Duration
 	graceAge  time.Duration // --deleted-pod-min-age
 	confDir   string        // --cni-conf-dir
@@ -82,6 +84,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
 	durationVar(fs, &f.grace, "deleted-pod-grace", daemon.DefaultDeletedPodGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
 	durationVar(fs, &f.graceAge, "deleted-pod-min-age", daemon.DefaultDeletedPodMinAge, "with --deleted-pod-grace, keep a deleted pod's files younger than this (or than --min-age, if shorter): a force-deleted pod's last sandbox may still be in its CNI ADD, which the kubelet allows twice its runtimeRequestTimeout; raise it to 2 x that timeout + 1m with a raised timeout")
+	fs.BoolVar(&f.condition, "node-condition", false, "keep the Node's condition SweepProblem up to date (True while runs are skipped or failing, or paused for a day), for remediation tools; needs patch on nodes/status")
 	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
 	fs.StringVar(&f.confDir, "cni-conf-dir", ranges.DefaultConfDir, "CNI configuration directory whose host-local networks' ranges are counted in the metrics "+
 		"(addresses in use, held by dead sandboxes with --liveness=cri or both, free), from the reservations where each network's config puts them; empty disables")

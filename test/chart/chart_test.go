@@ -102,6 +102,29 @@ func TestChartSchemaRejects(t *testing.T) {
 // TestChartRender checks what the rendered objects promise: where the daemon
 // runs, with which rights, and the contract with sweepd uninstall.
 func TestChartRender(t *testing.T) {
+	t.Run("nodeCondition", func(t *testing.T) {
+		// The right to patch nodes/status, and the flag, only with the
+		// value; with cri liveness neither (no API client).
+		patch := fmt.Sprint(map[string]any{"apiGroups": []any{""}, "resources": []any{"nodes/status"}, "verbs": []any{"patch"}})
+		for _, tc := range []struct {
+			flags []string
+			want  bool
+		}{
+			{nil, false},
+			{[]string{"--set", "daemon.nodeCondition=true"}, true},
+			{[]string{"--set", "daemon.nodeCondition=true", "--set", "daemon.liveness=cri"}, false},
+		} {
+			objs := chartrender.Decode(t, chartrender.Render(t, tc.flags...))
+			rules, _, _ := unstructured.NestedSlice(chartrender.Find(t, objs, "ClusterRole", "rel-sweep").Object, "rules")
+			granted := slices.ContainsFunc(rules, func(r any) bool { return fmt.Sprint(r) == patch })
+			ds := chartrender.Find(t, objs, "DaemonSet", "rel-sweep")
+			containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+			flag := strings.Contains(fmt.Sprint(containers[0]), "--node-condition")
+			if granted != tc.want || (flag != slices.Contains(tc.flags, "daemon.nodeCondition=true")) {
+				t.Errorf("%v: patch nodes/status granted %t (want %t), --node-condition %t", tc.flags, granted, tc.want, flag)
+			}
+		}
+	})
 	t.Run("defaults", func(t *testing.T) {
 		objs := chartrender.Decode(t, chartrender.Render(t))
 		want := []string{

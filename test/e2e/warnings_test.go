@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sweep-k8s/sweep/test/framework"
@@ -19,7 +21,10 @@ import (
 // proven this node's (here: the Node reports another machine's boot ID)
 // posts a Warning Event SweepUnproven on the Node, saying why, and posts
 // it once an hour however many runs it skips (a run a second here), so
-// that 500 nodes in trouble do not flood the API server.
+// that 500 nodes in trouble do not flood the API server. With
+// --node-condition it also sets the Node's condition SweepProblem: True
+// with that reason there, False once a run completes on a node that is
+// proven (node-a), leaving the Node's other conditions as they were.
 func TestNodeWarningEvents(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
@@ -27,7 +32,7 @@ func TestNodeWarningEvents(t *testing.T) {
 	setNodeBootID(t, cs, "node-b", "0b0b0b0b-0000-4000-8000-000000000000")
 	dir := filepath.Join(t.TempDir(), "multus")
 	d := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-b", "--multus-dir="+dir,
-		"--schedule=@every 1s", "--allow-short-intervals", "--min-age=30s")
+		"--schedule=@every 1s", "--allow-short-intervals", "--min-age=30s", "--node-condition")
 	framework.Eventually(t, 60*time.Second, "five runs skipped as node-unproven", func() bool {
 		return d.Metric(t, `sweep_prune_skipped_runs_total{reason="node-unproven"}`) >= 5
 	})
@@ -49,5 +54,49 @@ func TestNodeWarningEvents(t *testing.T) {
 		!strings.Contains(warnings[0], `reports boot ID "0b0b0b0b-0000-4000-8000-000000000000"`) {
 		t.Errorf("Warning Events on node-b after %v skipped runs: %q; want one SweepUnproven naming the boot ID",
 			d.Metric(t, `sweep_prune_skipped_runs_total{reason="node-unproven"}`), warnings)
+	}
+
+	problem := func(node string) *corev1.NodeCondition {
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == "SweepProblem" {
+				return &n.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	framework.Eventually(t, 30*time.Second, "node-b's condition SweepProblem True, SweepUnproven", func() bool {
+		c := problem("node-b")
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == "SweepUnproven" && strings.Contains(c.Message, "reports boot ID")
+	})
+
+	kubeobj.EnsureNode(t, cs, "node-a")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	da := sweepdproc.Start(t, cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--schedule=@every 1h", "--node-condition")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := os.ReadFile(da.Log)
+			t.Logf("node-a daemon log:\n%s", out)
+		}
+	})
+	framework.Eventually(t, 30*time.Second, "node-a's condition SweepProblem False once a run completed", func() bool {
+		c := problem("node-a")
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == "PruneCompleted"
+	})
+	after, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Status.Conditions) != len(before.Status.Conditions)+1 {
+		t.Errorf("node-a's conditions %v, want %v and SweepProblem", after.Status.Conditions, before.Status.Conditions)
 	}
 }
