@@ -15,14 +15,15 @@ type dryRunState struct {
 	why string
 }
 
-// dryRun says whether the daemon's removals are a dry run now, and what
-// decides it: the Node's liveness.DryRunAnnotation, over --dry-run, for a
-// staged rollout (docs/prune.md#a-staged-rollout).
-func (d *Daemon) dryRun() (bool, string) {
+// dryRun says whether the daemon's removals are a dry run now, what
+// decides it (the Node's liveness.DryRunAnnotation, over --dry-run, for a
+// staged rollout: docs/prune.md#a-staged-rollout), and whether that is an
+// annotation value that is neither true nor false.
+func (d *Daemon) dryRun() (dry bool, why string, odd bool) {
 	if v, ok := d.views.NodeDryRun(); ok {
-		return v != "false", "annotation " + liveness.DryRunAnnotation + "=" + v
+		return v != "false", "annotation " + liveness.DryRunAnnotation + "=" + v, v != "true" && v != "false"
 	}
-	return d.cfg.Prune.DryRun, "--dry-run=" + strconv.FormatBool(d.cfg.Prune.DryRun)
+	return d.cfg.Prune.DryRun, "--dry-run=" + strconv.FormatBool(d.cfg.Prune.DryRun), false
 }
 
 // pruneConfig is the prune's configuration for a run that starts now: the
@@ -30,22 +31,18 @@ func (d *Daemon) dryRun() (bool, string) {
 // logged, at WARN for an annotation value that is neither true nor false.
 func (d *Daemon) pruneConfig() prune.Config {
 	c := d.cfg.Prune
-	dry, why := d.dryRun()
+	dry, why, odd := d.dryRun()
 	c.DryRun = dry
 	d.dryRunState.mu.Lock()
 	changed := why != d.dryRunState.why
 	d.dryRunState.why = why
 	d.dryRunState.mu.Unlock()
-	if changed {
-		v, set := d.views.NodeDryRun()
-		switch {
-		case set && v != "true" && v != "false":
-			d.log.Warn("the Node's dry-run annotation is neither true nor false: a dry run, nothing is removed", "dry_run", dry, "by", why)
-		case set:
-			d.log.Info("the Node's annotation decides the dry run", "dry_run", dry, "by", why)
-		default:
-			d.log.Info("--dry-run decides the dry run", "dry_run", dry, "by", why)
-		}
+	switch {
+	case !changed:
+	case odd:
+		d.log.Warn("the Node's dry-run annotation is neither true nor false: a dry run, nothing is removed", "dry_run", dry, "by", why)
+	default:
+		d.log.Info("the dry run in force changed", "dry_run", dry, "by", why)
 	}
 	return c
 }

@@ -215,11 +215,7 @@ func (n *Node) importCRIO(t testing.TB, img Image) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := dialCRI(n.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := n.criConn(t)
 	if _, err := runtimeapi.NewImageServiceClient(conn).PullImage(ctx, &runtimeapi.PullImageRequest{
 		Image: &runtimeapi.ImageSpec{Image: img.Ref},
 	}); err != nil {
@@ -230,6 +226,18 @@ func (n *Node) importCRIO(t testing.TB, img Image) {
 // dialCRI connects to the CRI at socket.
 func dialCRI(socket string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// criConn connects to the node's runtime through its CRI, for the test's
+// lifetime.
+func (n *Node) criConn(t testing.TB) *grpc.ClientConn {
+	t.Helper()
+	conn, err := dialCRI(n.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // criVersion asks the runtime at socket for its version: it answers once it
@@ -250,11 +258,7 @@ func (n *Node) crioSandboxes(t testing.TB) []Sandbox {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := dialCRI(n.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := n.criConn(t)
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
@@ -295,11 +299,7 @@ func (n *Node) ImageStatus(t testing.TB, ref string) *runtimeapi.Image {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := dialCRI(n.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := n.criConn(t)
 	st, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	if err != nil {
 		t.Fatalf("ImageStatus %s: %v", ref, err)
@@ -315,11 +315,7 @@ func (n *Node) crioContainerPID(t testing.TB, id string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := dialCRI(n.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := n.criConn(t)
 	st, err := runtimeapi.NewRuntimeServiceClient(conn).ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
 		t.Fatalf("CRI-O: ContainerStatus %s: %v", id, err)
