@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sweep-k8s/sweep/cachefile"
+	"github.com/sweep-k8s/sweep/internal/field"
 )
 
 // Attachment is one network attachment as libcni cached it after ADD.
@@ -181,14 +182,21 @@ type Options struct {
 	// ScratchDir holds the private libcni cache of each DEL for its
 	// duration; default os.TempDir().
 	ScratchDir string
-	// Parallel is how many DELs run at once; default 1. Plugins run as
-	// children of the daemon, in its memory cgroup: bridge peaks at about
-	// 13 MiB and runs host-local (13 MiB more) as its child, so one DEL per
-	// prune worker on a big node would exceed the daemon's memory limit.
-	Parallel int
 	// Observe, when set, receives each DEL that ran, after it ended: the
 	// duration histogram of the daemon's metrics. Called concurrently.
 	Observe func(Observed)
+}
+
+// Validate checks the options without touching anything: that the plugin
+// directories exist is New's to check. Errors are *field.Error.
+func (o Options) Validate() error {
+	if len(o.BinDirs) == 0 {
+		return field.Errorf("BinDirs", "CNI DEL needs a plugin directory")
+	}
+	if o.Timeout < 0 {
+		return field.Errorf("Timeout", "must not be negative")
+	}
+	return nil
 }
 
 // Observed is one DEL that ran: the types of the network's first plugin and
@@ -203,11 +211,13 @@ type Observed struct {
 // DefaultTimeout bounds a plugin call when Options.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
-// Releaser runs CNI DEL for cache files. It is safe for concurrent use.
+// Releaser runs CNI DEL for cache files. It is safe for concurrent use; the
+// caller bounds how many DELs run at once (prune.Config.ReleaseConcurrency).
+// Plugins run as children of the caller, in its memory cgroup: bridge peaks
+// at about 13 MiB and runs host-local (13 MiB more) as its child, so one DEL
+// per prune worker on a big node would exceed the daemon's memory limit.
 type Releaser struct {
 	opts Options
-	// slots holds one token per DEL that may run.
-	slots chan struct{}
 }
 
 // New returns a Releaser. It checks that the scratch directory is usable, so
@@ -222,15 +232,12 @@ func New(opts Options) (*Releaser, error) {
 	if opts.ScratchDir == "" {
 		opts.ScratchDir = os.TempDir()
 	}
-	if opts.Parallel <= 0 {
-		opts.Parallel = 1
-	}
 	d, err := os.MkdirTemp(opts.ScratchDir, "sweep-cnidel-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory for CNI DEL: %w", err)
 	}
 	_ = os.RemoveAll(d)
-	return &Releaser{opts: opts, slots: make(chan struct{}, opts.Parallel)}, nil
+	return &Releaser{opts: opts}, nil
 }
 
 // Release runs CNI DEL for the attachment the cache file data describes. A
@@ -245,12 +252,6 @@ func (r *Releaser) Release(ctx context.Context, name string, data []byte) (err e
 	n, err := a.network()
 	if err != nil {
 		return err
-	}
-	select {
-	case r.slots <- struct{}{}:
-		defer func() { <-r.slots }()
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	// A private libcni cache with a copy of the file: libcni takes the
 	// prevResult from it and removes the copy after DEL, and never sees the

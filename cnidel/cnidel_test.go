@@ -260,28 +260,6 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-func TestReleaseOneAtATime(t *testing.T) {
-	bin, out := t.TempDir(), t.TempDir()
-	// mkdir is atomic: a second plugin running at the same time fails.
-	writePlugin(t, bin, "excl", `mkdir "$OUT/running" || exit 1; sleep 0.1; rmdir "$OUT/running"`)
-	t.Setenv("OUT", out)
-	r, err := New(Options{BinDirs: []string{bin}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 4)
-	for range 4 {
-		go func() {
-			errs <- r.Release(t.Context(), "f", cache(`{"cniVersion":"1.0.0","name":"net","type":"excl"}`, ""))
-		}()
-	}
-	for range 4 {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-}
-
 // TestLiveNetNSMounted checks the one case that passes a namespace: a
 // namespace bind mount as `ip netns add` and the runtimes make. Root only,
 // like the end-to-end test; it fails rather than skips without root.

@@ -16,17 +16,17 @@ import (
 // TestValidateFields checks that each refusal names its field, which the
 // command maps to a flag.
 func TestValidateFields(t *testing.T) {
-	ok := Config{NodeName: "n", Prune: prune.Config{Dir: "/var/lib/cni/multus", MinAge: time.Hour}, CRITimeout: time.Second}
+	ok := Config{Liveness: liveness.Config{NodeName: "n", CRITimeout: time.Second}, Prune: prune.Config{Dir: "/var/lib/cni/multus", MinAge: time.Hour}}
 	tests := []struct {
 		name  string
 		mod   func(*Config)
 		field string
 	}{
 		{"valid", func(*Config) {}, ""},
-		{"bad liveness before the node", func(c *Config) { c.Liveness, c.NodeName = "kubelet", "" }, "Liveness"},
-		{"no node", func(c *Config) { c.NodeName = "" }, "NodeName"},
-		{"cri endpoint without scheme", func(c *Config) { c.Liveness, c.CRIEndpoint = liveness.ModeBoth, "/run/x.sock" }, "CRIEndpoint"},
-		{"negative cri timeout", func(c *Config) { c.Liveness, c.CRITimeout = liveness.ModeBoth, -time.Second }, "CRITimeout"},
+		{"bad liveness before the node", func(c *Config) { c.Liveness.Mode, c.Liveness.NodeName = "kubelet", "" }, "Liveness.Mode"},
+		{"no node", func(c *Config) { c.Liveness.NodeName = "" }, "Liveness.NodeName"},
+		{"cri endpoint without scheme", func(c *Config) { c.Liveness.Mode, c.Liveness.CRIEndpoint = liveness.ModeBoth, "/run/x.sock" }, "Liveness.CRIEndpoint"},
+		{"negative cri timeout", func(c *Config) { c.Liveness.Mode, c.Liveness.CRITimeout = liveness.ModeBoth, -time.Second }, "Liveness.CRITimeout"},
 		{"no cache directory", func(c *Config) { c.Prune.Dir = "" }, "Prune.Dir"},
 		{"negative workers", func(c *Config) { c.Prune.Workers = -3 }, "Prune.Workers"},
 		{"metrics address without a port", func(c *Config) { c.MetricsAddr = "localhost" }, "MetricsAddr"},
@@ -35,13 +35,16 @@ func TestValidateFields(t *testing.T) {
 		{"negative DEL cap", func(c *Config) { c.Prune.MaxReleases = -1 }, "Prune.MaxReleases"},
 		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
-		{"deleted pods' grace", func(c *Config) { c.DeletedPodGrace = 30 * time.Second }, ""},
-		{"negative deleted pods' grace", func(c *Config) { c.DeletedPodGrace = -time.Second }, "DeletedPodGrace"},
-		{"deleted pods' grace under its floor", func(c *Config) { c.DeletedPodGrace = time.Second }, "DeletedPodGrace"},
-		{"deleted pods' minimum age under a minute", func(c *Config) { c.DeletedPodMinAge = 30 * time.Second }, "DeletedPodMinAge"},
-		{"deleted pods' minimum age raised", func(c *Config) { c.DeletedPodMinAge = 9 * time.Minute }, ""},
+		{"CNI DEL with a negative timeout", func(c *Config) { c.CNIDel = &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}, Timeout: -1} }, "CNIDel.Timeout"},
+		{"negative DEL rate", func(c *Config) { c.CNIDelRate = -1 }, "CNIDelRate"},
+		{"negative sync timeout", func(c *Config) { c.Liveness.SyncTimeout = -1 }, "Liveness.SyncTimeout"},
+		{"deleted pods' grace", func(c *Config) { c.Deleted.Grace = 30 * time.Second }, ""},
+		{"negative deleted pods' grace", func(c *Config) { c.Deleted.Grace = -time.Second }, "Deleted.Grace"},
+		{"deleted pods' grace under its floor", func(c *Config) { c.Deleted.Grace = time.Second }, "Deleted.Grace"},
+		{"deleted pods' grace under its floor, allowed for tests", func(c *Config) { c.Deleted.Grace, c.AllowShortIntervals = time.Second, true }, ""},
+		{"negative kubelet runtime request timeout", func(c *Config) { c.Prune.KubeletRuntimeRequestTimeout = -time.Second }, "Prune.KubeletRuntimeRequestTimeout"},
 		{"uninstall with cri liveness", func(c *Config) {
-			c.Liveness, c.ExpectRuntime, c.Uninstall = liveness.ModeCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
+			c.Liveness.Mode, c.Liveness.ExpectRuntime, c.Uninstall = liveness.ModeCRI, "containerd", &uninstall.Config{ConfigDir: "/c"}
 		}, "Uninstall"},
 		{"uninstall's own field", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c", Timeout: -1} }, "Uninstall.Timeout"},
 		{"uninstall gets the node name", func(c *Config) { c.Uninstall = &uninstall.Config{ConfigDir: "/c"} }, ""},
@@ -52,14 +55,18 @@ func TestValidateFields(t *testing.T) {
 			c.Prune.HostLocalDirs = []string{"/var/lib/cni/networks"}
 		}, "Prune.HostLocalDirs"},
 		{"host-local release with both", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1", "k8s-pod-network"}
 		}, ""},
 		{"host-local release with a minimum age under its floor", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
 			c.Prune.MinAge = 2 * time.Minute
 		}, "Prune.MinAge"},
+		{"host-local release over the floor of the kubelet's default, under that of its raised timeout", func(c *Config) {
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Prune.MinAge, c.Prune.KubeletRuntimeRequestTimeout = 6*time.Minute, 4*time.Minute
+		}, "Prune.MinAge"},
 		{"host-local release under the floor, allowed for tests", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"net1"}
 			c.Prune.MinAge, c.AllowShortIntervals = 0, true
 		}, ""},
 		{"runtime cache relative", func(c *Config) { c.Prune.RuntimeDir = "var/lib/cni/results" }, "Prune.RuntimeDir"},
@@ -68,19 +75,19 @@ func TestValidateFields(t *testing.T) {
 			c.Prune.RuntimeDir, c.CNIDel = "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
 		}, "Prune.RuntimeDir"},
 		{"runtime cache DEL with both", func(c *Config) {
-			c.Liveness, c.Prune.RuntimeDir, c.CNIDel = liveness.ModeBoth, "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
+			c.Liveness.Mode, c.Prune.RuntimeDir, c.CNIDel = liveness.ModeBoth, "/var/lib/cni/results", &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}}
 		}, ""},
 		{"host-local release of a relative directory", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"networks"}, []string{"net1"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"networks"}, []string{"net1"}
 		}, "Prune.HostLocalDirs"},
 		{"host-local release in no named network", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs = liveness.ModeBoth, []string{"/var/lib/cni/networks"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs = liveness.ModeBoth, []string{"/var/lib/cni/networks"}
 		}, "Prune.HostLocalNetworks"},
 		{"host-local network without a directory", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"net1"}
+			c.Liveness.Mode, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"net1"}
 		}, "Prune.HostLocalNetworks"},
 		{"host-local network that is a path", func(c *Config) {
-			c.Liveness, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"../podman"}
+			c.Liveness.Mode, c.Prune.HostLocalDirs, c.Prune.HostLocalNetworks = liveness.ModeBoth, []string{"/var/lib/cni/networks"}, []string{"../podman"}
 		}, "Prune.HostLocalNetworks"},
 	}
 	for _, tt := range tests {
@@ -103,12 +110,12 @@ func TestValidateFields(t *testing.T) {
 // runtime client and never asks for the API server's config.
 func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
 	cfg := Config{
-		Liveness: liveness.ModeCRI, ExpectRuntime: "containerd", Schedule: "@hourly",
-		Prune: prune.Config{Dir: t.TempDir(), MinAge: time.Hour}, CRITimeout: time.Second,
-		RESTConfig: func() (*rest.Config, error) {
-			t.Error("cri liveness asked for the kubeconfig")
-			return nil, errors.New("no")
-		},
+		Liveness: liveness.Config{Mode: liveness.ModeCRI, ExpectRuntime: "containerd", CRITimeout: time.Second,
+			RESTConfig: func() (*rest.Config, error) {
+				t.Error("cri liveness asked for the kubeconfig")
+				return nil, errors.New("no")
+			}},
+		Schedule: "@hourly", Prune: prune.Config{Dir: t.TempDir(), MinAge: time.Hour},
 	}
 	d, err := New(cfg)
 	if err != nil {
@@ -117,8 +124,8 @@ func TestCRILivenessReadsNoKubeconfig(t *testing.T) {
 	if rt := d.views.Runtime(); rt == nil || rt.Endpoint() == "" || d.views.Pods() != nil {
 		t.Fatalf("runtime %v, pod view %v", rt, d.views.Pods())
 	}
-	cfg.Liveness, cfg.NodeName = liveness.ModeBoth, "n"
-	cfg.RESTConfig = func() (*rest.Config, error) { return nil, errors.New("no kubeconfig found") }
+	cfg.Liveness.Mode, cfg.Liveness.NodeName = liveness.ModeBoth, "n"
+	cfg.Liveness.RESTConfig = func() (*rest.Config, error) { return nil, errors.New("no kubeconfig found") }
 	if _, err := New(cfg); err == nil || err.Error() != "no kubernetes access: no kubeconfig found" {
 		t.Fatalf("both liveness without a kubeconfig: %v", err)
 	}

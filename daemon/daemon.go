@@ -1,6 +1,13 @@
-// Package daemon is sweepd's node daemon: a pod informer scoped to its node
-// feeds a cron-scheduled prune of the multus cache (package prune), with
-// Prometheus metrics and health endpoints over HTTP.
+// Package daemon is sweepd's node daemon: it schedules the prune of the
+// node's caches (package prune) and wires the rest around it, each part's
+// job in its own package: the views of the node and their proofs
+// (liveness), the check of deleted pods (deleted), CNI DEL (cnidel), the
+// uninstall cleanup (uninstall), the journal of removals (journal) and the
+// ranges' gauges (ranges). What it keeps itself is what joins them: the
+// lock that lets one run at a time, the pause and dry run read from the
+// Node, the metrics and /healthz and /readyz over HTTP, and the Node's
+// Events and condition. PruneOnce builds one cycle the same way, for
+// `sweepd prune`.
 package daemon
 
 import (
@@ -10,11 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,283 +28,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cnidel"
-	"github.com/sweep-k8s/sweep/cri"
+	"github.com/sweep-k8s/sweep/deleted"
 	"github.com/sweep-k8s/sweep/internal/field"
 	"github.com/sweep-k8s/sweep/journal"
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
-
-// Config is what the daemon does; Options inject what it does it with.
-type Config struct {
-	// NodeName is this node; only its pods are watched. Optional with cri
-	// liveness, where it only labels the logs.
-	NodeName string
-	// Prune configures each prune run (directories, minimum age, dry run,
-	// the CNI DELs' cap and concurrency, host-local's release).
-	Prune prune.Config
-	// Schedule is a cron spec (standard five fields or a descriptor such as
-	// "@every 1h").
-	Schedule string
-	// PruneOnStart runs a prune right after the first sync.
-	PruneOnStart bool
-	// DeletedPodGrace, when positive, checks the files of each pod of the
-	// node this long after the view of its pods sees it deleted, instead
-	// of leaving them to the next scheduled run: a targeted run over that
-	// pod's files once the API server confirms its deletion
-	// (DefaultDeletedPodGrace; 0: off). Needs the pods' view: api or both
-	// liveness.
-	DeletedPodGrace time.Duration
-	// DeletedPodMinAge is the minimum age of a deleted pod's file before its
-	// check removes it, when Prune.MinAge is longer (DefaultDeletedPodMinAge
-	// when 0): twice the kubelet's runtimeRequestTimeout plus a minute, the
-	// longest a force-deleted pod's last sandbox can still be in its ADD.
-	DeletedPodMinAge time.Duration
-	// SyncTimeout bounds the wait for a fresh view before a run is skipped.
-	SyncTimeout time.Duration
-	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
-	// empty disables the server.
-	MetricsAddr string
-	// Liveness is what decides that a sandbox is dead; default api.
-	Liveness liveness.Mode
-	// StateDir, when set with RebootAware, holds the boot record
-	// (prune.BootState); it must survive reboots.
-	StateDir string
-	// RebootAware makes the files of sandboxes recorded under an earlier
-	// boot stale. Needs StateDir.
-	RebootAware bool
-	// BootIDFile is read for the current boot ID; default
-	// prune.DefaultBootIDFile. The Node named NodeName must report the same
-	// boot ID before its pods' view condemns anything.
-	BootIDFile string
-	// SelfPodUID is the UID of the daemon's own pod (the downward API's
-	// metadata.uid); empty on a bare node. When set, the view of the node's
-	// pods must hold it and the runtime must list the daemon's own sandbox
-	// READY for it.
-	SelfPodUID string
-	// ExpectRuntime names the kubelet's container runtime, NAME or
-	// NAME://VERSION as a Node's containerRuntimeVersion reads: the
-	// runtime must answer so. A check against mistakes, never a proof on
-	// its own: any runtime can answer to a name.
-	ExpectRuntime string
-	// CNIConfDir is the CNI configuration directory whose host-local
-	// networks' ranges the daemon counts by state (package ranges), reading
-	// their reservations where the configurations put them; empty: none.
-	CNIConfDir string
-	// Pause stops every removal, CNI DEL and release on the node while the
-	// daemon runs, as the Node's liveness.PauseAnnotation does for one
-	// node: for maintenance or an investigation.
-	Pause bool
-	// NodeCondition keeps the Node's condition SweepProblem up to date
-	// (nodeCondition), for remediation tools that act on Node conditions
-	// (node-problem-detector's model). Off by default: it needs patch on
-	// nodes/status, a right over every field of every Node's status.
-	NodeCondition bool
-	// AllowShortIntervals accepts a minimum age and a schedule interval
-	// under MinInterval, for tests and demos.
-	AllowShortIntervals bool
-
-	// RESTConfig returns the API server's client config. New and PruneOnce
-	// call it only when the liveness needs the pods and no client was
-	// injected (WithMetadataClient, WithDynamicClient): cri liveness reads
-	// no kubeconfig and never contacts the API server.
-	RESTConfig func() (*rest.Config, error)
-	// CRIEndpoint is the container runtime's CRI socket
-	// (cri.ParseEndpoint), default cri.DefaultEndpoint; CRITimeout bounds
-	// each call to it, default cri.DefaultTimeout. Both are for cri and
-	// both liveness, unless WithRuntime injected a client.
-	CRIEndpoint string
-	CRITimeout  time.Duration
-	// CNIDel, when set, runs CNI DEL for a stale results file's attachment
-	// before it is removed (prune.Deps.Release), with plugins from its
-	// BinDirs, which must exist.
-	// Prune.MaxReleases caps the DELs of one run, Prune.ReleaseConcurrency
-	// says how many run at once, CNIDelRate paces them.
-	CNIDel *cnidel.Options
-	// CNIDelRate is how many CNI DELs may start per second, over all the
-	// runs of the daemon (0: unpaced).
-	CNIDelRate float64
-	// CNIDelYield is how long no CNI DEL starts after a pod is bound to
-	// the node, so that the CNI ADD of its sandbox never waits for one on
-	// an IPAM lock (DefaultCNIDelYield; 0: DELs never wait). The daemon learns of new pods from its
-	// view of the node's pods, so with api or both liveness only.
-	CNIDelYield time.Duration
-	// Uninstall, when set, runs the uninstall cleanup (package uninstall)
-	// next to the prune, unless WithUninstall injected one: its NodeName
-	// and StateDir are the daemon's, and it needs API server access, so not
-	// with cri liveness.
-	Uninstall *uninstall.Config
-}
-
-// minDeletedPodGrace is the floor of DeletedPodGrace, unless
-// AllowShortIntervals.
-const minDeletedPodGrace = 5 * time.Second
-
-// MinInterval is the floor of the minimum age and of the schedule's
-// interval. A minimum age under it no longer covers a slow CNI ADD (the
-// runtime lists a sandbox only once its ADD is done), and a zero or
-// negative "@every" runs a prune every second.
-const MinInterval = time.Minute
-
-// HostLocalMinAge is the floor of the minimum age when host-local
-// reservations are released: a reservation exists from the middle of its
-// ADD, and the kubelet gives RunPodSandbox twice its runtimeRequestTimeout
-// (4 minutes by default; containerd runs the ADD under that deadline)
-// before the runtime lists the sandbox, plus a minute for the plugin's
-// delegates. A kubelet with a raised runtimeRequestTimeout needs a higher
-// --min-age: 2 x its timeout + 1m (docs/cni-del.md). sweepd cannot read the
-// kubelet's setting without rights to its configz.
-const HostLocalMinAge = 2*kubeletRuntimeRequestTimeout + time.Minute
-
-// kubeletRuntimeRequestTimeout is the kubelet's default
-// runtimeRequestTimeout.
-const kubeletRuntimeRequestTimeout = 2 * time.Minute
-
-// FieldError is an invalid field of a Config, so that a command can name
-// the flag that set it; Field is the Config field: "Prune.MinAge",
-// "Schedule", ...
-type FieldError = field.Error
-
-func fieldError(name, format string, args ...any) error { return field.Errorf(name, format, args...) }
-
-// wrapField names the field of a nested configuration's error by its path
-// in Config: "Prune.MinAge".
-func wrapField(name string, err error) error {
-	if fe := (*field.Error)(nil); errors.As(err, &fe) {
-		return field.Wrap(name+"."+fe.Field, fe.Err)
-	}
-	return field.Wrap(name, err)
-}
-
-// Validate checks the configuration without touching anything. An empty
-// Schedule is not checked (a single prune has none). Errors are
-// *FieldError.
-func (c Config) Validate() error {
-	if c.Liveness != "" {
-		if _, err := liveness.ParseMode(string(c.Liveness)); err != nil {
-			return field.Wrap("Liveness", err)
-		}
-	}
-	if c.NodeName == "" && c.Liveness != liveness.ModeCRI {
-		return fieldError("NodeName", "node name is required")
-	}
-	if c.Prune.MinAge < MinInterval && !c.AllowShortIntervals {
-		return fieldError("Prune.MinAge", "%s is under the floor of %s: a CNI ADD may still be running on files that young "+
-			"(allow shorter ones for tests and demos only)", c.Prune.MinAge, MinInterval)
-	}
-	if c.MetricsAddr != "" {
-		if err := checkListenAddr(c.MetricsAddr); err != nil {
-			return fieldError("MetricsAddr", "%q: %w", c.MetricsAddr, err)
-		}
-	}
-	if c.Schedule != "" {
-		sched, err := cron.ParseStandard(c.Schedule)
-		if err != nil {
-			return fieldError("Schedule", "invalid schedule %q: %w", c.Schedule, err)
-		}
-		// Five-field specs run at most once a minute; "@every" is what can
-		// go under (cron rounds a zero or negative interval up to 1s).
-		if every, ok := sched.(cron.ConstantDelaySchedule); ok && every.Delay < MinInterval && !c.AllowShortIntervals {
-			return fieldError("Schedule", "schedule %q runs every %s, under the floor of %s (allow shorter ones for tests and demos only)",
-				c.Schedule, every.Delay, MinInterval)
-		}
-	}
-	if c.CNIConfDir != "" && !filepath.IsAbs(c.CNIConfDir) {
-		return fieldError("CNIConfDir", "%q is not an absolute path", c.CNIConfDir)
-	}
-	if c.RebootAware && c.StateDir == "" {
-		return fieldError("RebootAware", "reboot-aware staleness needs a state directory")
-	}
-	if c.ExpectRuntime != "" {
-		if err := liveness.ParseExpectRuntime(c.ExpectRuntime); err != nil {
-			return field.Wrap("ExpectRuntime", err)
-		}
-	}
-	if c.Liveness.Runtime() {
-		if c.CRIEndpoint != "" {
-			if _, err := cri.ParseEndpoint(c.CRIEndpoint); err != nil {
-				return field.Wrap("CRIEndpoint", err)
-			}
-		}
-		if c.CRITimeout < 0 {
-			return fieldError("CRITimeout", "must not be negative")
-		}
-	}
-	if len(c.Prune.HostLocalDirs) > 0 {
-		if !c.Liveness.Runtime() {
-			// A reservation names a container and no pod: only the runtime
-			// can say it is gone.
-			return fieldError("Prune.HostLocalDirs", "releasing host-local reservations needs sandbox liveness from the container runtime: --liveness=cri or both")
-		}
-		if c.Prune.MinAge < HostLocalMinAge && !c.AllowShortIntervals {
-			// host-local writes a reservation during the ADD, and the
-			// runtime lists the sandbox only once RunPodSandbox returns,
-			// which the kubelet allows up to twice its request timeout:
-			// until then the reservation's age is all that keeps it.
-			return fieldError("Prune.MinAge", "%s is under the floor of %s for releasing host-local reservations: "+
-				"the runtime lists a sandbox only after its ADD, which may take twice the kubelet's runtimeRequestTimeout "+
-				"(a raised timeout needs 2 x it + 1m)", c.Prune.MinAge, HostLocalMinAge)
-		}
-	}
-	// After the rules above, which say first what a field needs of the
-	// daemon's other settings (as --liveness for host-local's release).
-	if err := c.Prune.Validate(); err != nil {
-		return wrapField("Prune", err)
-	}
-	if c.Prune.RuntimeDir != "" && c.CNIDel != nil && !c.Liveness.Runtime() {
-		// A pod force-deleted from the API server may still run: the DEL
-		// of its runtime cache file would take its primary address from
-		// under it, and the runtime sends that DEL itself when it stops
-		// the sandbox. Only the runtime can say it is gone.
-		return fieldError("Prune.RuntimeDir", "replaying CNI DEL from the runtime's own cache needs sandbox liveness from the container runtime: --liveness=cri or both")
-	}
-	if c.Uninstall != nil {
-		if !c.Liveness.Pods() {
-			return fieldError("Uninstall", "the uninstall cleanup needs API server access: not with cri liveness")
-		}
-		if err := c.uninstallConfig().Validate(); err != nil {
-			return wrapField("Uninstall", err)
-		}
-	}
-	if c.CNIDelRate < 0 {
-		return fieldError("CNIDelRate", "must not be negative")
-	}
-	if c.CNIDelYield < 0 {
-		return fieldError("CNIDelYield", "must not be negative")
-	}
-	if c.DeletedPodGrace < 0 {
-		return fieldError("DeletedPodGrace", "must not be negative (0: off)")
-	}
-	if c.DeletedPodMinAge < 0 {
-		return fieldError("DeletedPodMinAge", "must not be negative (0: the default)")
-	}
-	if c.DeletedPodMinAge > 0 && c.DeletedPodMinAge < MinInterval && !c.AllowShortIntervals {
-		return fieldError("DeletedPodMinAge", "must be at least %s", MinInterval)
-	}
-	if c.DeletedPodGrace > 0 && c.DeletedPodGrace < minDeletedPodGrace && !c.AllowShortIntervals {
-		// Under it, the check races the kubelet's own teardown: a DEL
-		// twice, and a force-deleted pod's sandbox still stopping.
-		return fieldError("DeletedPodGrace", "must be at least %s (0: off)", minDeletedPodGrace)
-	}
-	if c.CNIDel != nil {
-		if len(c.CNIDel.BinDirs) == 0 {
-			return fieldError("CNIDel.BinDirs", "CNI DEL needs a plugin directory")
-		}
-		if c.CNIDel.Timeout < 0 {
-			return fieldError("CNIDel.Timeout", "must not be negative")
-		}
-	}
-	return nil
-}
-
-// uninstallConfig is Uninstall with the daemon's node name and state
-// directory.
-func (c Config) uninstallConfig() uninstall.Config {
-	u := *c.Uninstall
-	u.NodeName, u.StateDir = c.NodeName, c.StateDir
-	return u
-}
 
 // Option injects a dependency.
 type Option func(*Daemon)
@@ -360,10 +93,10 @@ type Daemon struct {
 	proofSeen     bool       // a proof has been recorded
 	proofMsg      string     // its error, "" for success
 	running       sync.Mutex // held by the prune run in progress
-	// The check of deleted pods; nil without it (DeletedPodGrace).
-	deletedQueue *deletedQueue
-	podFiles     *prune.PodFiles
-	// checking is set while a check of deleted pods holds running.
+	// deleted is the check of deleted pods, nil without it
+	// (Config.Deleted); checking is set while one of its runs holds
+	// running.
+	deleted  *deleted.Checker
 	checking atomic.Bool
 }
 
@@ -380,12 +113,13 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if cfg.Schedule == "" {
 		return nil, fieldError("Schedule", "a schedule is required")
 	}
-	d.cfg.Liveness = cmp.Or(d.cfg.Liveness, liveness.ModeAPI)
+	d.cfg.Liveness.Mode = cmp.Or(d.cfg.Liveness.Mode, liveness.ModeAPI)
 	d.schedule, _ = cron.ParseStandard(cfg.Schedule) // checked by Validate
-	if cfg.NodeName != "" {
-		d.log = d.log.With("node", cfg.NodeName)
+	node := cfg.Liveness.NodeName
+	if node != "" {
+		d.log = d.log.With("node", node)
 	}
-	views, err := liveness.New(d.cfg.livenessConfig(), liveness.WithLogger(d.log), liveness.Following())
+	views, err := liveness.New(d.cfg.Liveness, liveness.WithLogger(d.log), liveness.Following())
 	if err != nil {
 		return nil, err
 	}
@@ -400,10 +134,10 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 			d.journal = j
 		}
 	}
-	if dc := views.Dynamic(); dc != nil && cfg.NodeName != "" {
-		d.events = newNodeEvents(dc, cfg.NodeName, d.log)
+	if dc := views.Dynamic(); dc != nil && node != "" {
+		d.events = newNodeEvents(dc, node, d.log)
 		if cfg.NodeCondition {
-			d.condition = newNodeCondition(dc, cfg.NodeName, d.log)
+			d.condition = newNodeCondition(dc, node, d.log)
 		}
 	} else if cfg.NodeCondition {
 		d.log.Warn("the Node's condition is not set: with cri liveness the daemon has no API client", "condition", conditionType)
@@ -416,14 +150,19 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pods := views.Pods(); pods != nil && cfg.DeletedPodGrace > 0 {
-		d.deletedQueue, d.podFiles = newDeletedQueue(), prune.NewPodFiles()
-		pods.OnDeletion(d.podDeleted)
-	} else if cfg.DeletedPodGrace > 0 {
+	if pods := views.Pods(); pods != nil && cfg.Deleted.Grace > 0 {
+		// The memory of which pod each results file names, which every
+		// run adds to, spares a check reading the caches anew.
+		d.deps.PodFiles = prune.NewPodFiles()
+		d.deleted = deleted.New(cfg.Deleted, views.Metadata(), node, checkPruner{d}, d.log)
+		pods.OnDeletion(d.deleted.PodDeleted)
+	} else if cfg.Deleted.Grace > 0 {
 		d.log.Info("deleted pods are not checked early: with cri liveness the daemon does not watch the node's pods; the scheduled runs prune their files",
-			"deleted_pod_grace", cfg.DeletedPodGrace)
+			"deleted_pod_grace", cfg.Deleted.Grace)
 	}
-	d.deps.OnFile = d.onFile()
+	if d.journal != nil {
+		d.deps.OnFile = d.journal.File
+	}
 	if pods := views.Pods(); pods != nil {
 		if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
 			g := newStartGate(d.cfg.CNIDelYield)
@@ -435,12 +174,12 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 			"cni_del_yield", d.cfg.CNIDelYield)
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, views.Pods(), views.Runtime() != nil, metricsConfig{
-		dryRun: cfg.Prune.DryRun, cniDel: d.deps.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness,
+		dryRun: cfg.Prune.DryRun, cniDel: d.deps.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness.Mode,
 		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
 		runtimeCache: cfg.Prune.RuntimeDir != "",
 	})
-	if d.deletedQueue != nil {
-		d.metrics.deletedPodSeries(d.deletedQueue.len)
+	if d.deleted != nil {
+		d.metrics.registry.MustRegister(d.deleted.Collectors()...)
 	}
 	d.whereabouts = newWhereaboutsHeld()
 	d.metrics.registry.MustRegister(d.whereabouts)
@@ -462,25 +201,16 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	return d, nil
 }
 
-// livenessConfig is what the views of the configured liveness need.
-func (c Config) livenessConfig() liveness.Config {
-	return liveness.Config{
-		Mode: c.Liveness, NodeName: c.NodeName, BootIDFile: c.BootIDFile, SelfPodUID: c.SelfPodUID,
-		ExpectRuntime: c.ExpectRuntime, CRIEndpoint: c.CRIEndpoint, CRITimeout: c.CRITimeout,
-		SyncTimeout: c.SyncTimeout, RESTConfig: c.RESTConfig,
-	}
-}
-
 // buildUninstall makes the uninstall cleanup from the configuration when
 // no option injected one.
 func (d *Daemon) buildUninstall() error {
 	if d.cfg.Uninstall == nil || d.uninstall != nil {
 		return nil
 	}
-	if d.cfg.RESTConfig == nil {
+	if d.cfg.Liveness.RESTConfig == nil {
 		return errors.New("no kubernetes access: no client configuration")
 	}
-	cfg, err := d.cfg.RESTConfig()
+	cfg, err := d.cfg.Liveness.RESTConfig()
 	if err != nil {
 		return fmt.Errorf("no kubernetes access: %w", err)
 	}
@@ -526,50 +256,6 @@ func releaseDeps(cfg Config, deps prune.Deps, observe func(cnidel.Observed)) (pr
 		deps.ReleaseRate = rate.NewLimiter(rate.Limit(cfg.CNIDelRate), 1)
 	}
 	return deps, nil
-}
-
-// PruneOnce runs one prune cycle with the views of cfg's liveness, the
-// node's pods listed once instead of watched (`sweepd prune`): no schedule,
-// no server, no daemon. deps give its logger and per-file listing; the CNI
-// DELs are cfg's. The error wraps prune.ErrPodsUnavailable or
-// prune.ErrSandboxesUnavailable when nothing could be deleted for want of
-// a view; the summary is then nil.
-func PruneOnce(ctx context.Context, cfg Config, deps prune.Deps) (*prune.Summary, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.Liveness = cmp.Or(cfg.Liveness, liveness.ModeAPI)
-	log := deps.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-		deps.Logger = log
-	}
-	views, err := liveness.New(cfg.livenessConfig(), liveness.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
-	deps, err = releaseDeps(cfg, deps, nil)
-	if err != nil {
-		return nil, err
-	}
-	src := views.Sources()
-	if cfg.RebootAware {
-		src.Boot = loadBoot(cfg, log, func() {})
-	}
-	src.Clock = prune.NewClockGuard()
-	// Deferred in this order so that cancel runs first and the clock
-	// watcher has returned when PruneOnce does.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watchClock(ctx, &wg, src.Clock, log, nil)
-	sum, res, err := prune.Cycle(ctx, src, prune.Options{Config: cfg.Prune, Deps: deps})
-	if res.BootRecordErr != nil {
-		log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
-			"error", res.BootRecordErr)
-	}
-	return sum, err
 }
 
 // watchClock measures steps of the wall clock for the prune's age guard
@@ -660,8 +346,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.synced.Store(true)
-	if d.deletedQueue != nil {
-		wg.Go(func() { d.checkDeletedPods(ctx) })
+	if d.deleted != nil {
+		wg.Go(func() { d.deleted.Run(ctx) })
 	}
 	// Not ready until the views are proven to be this node's; the proof is
 	// kept up between runs, so that readiness follows a Node that goes or
@@ -676,7 +362,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	c.Start()
 	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "runtime_cache_dir", d.cfg.Prune.RuntimeDir,
 		"dry_run", d.cfg.Prune.DryRun,
-		"cni_del", d.deps.Release != nil, "liveness", d.cfg.Liveness, "reboot_aware", d.boot != nil)
+		"cni_del", d.deps.Release != nil, "liveness", d.cfg.Liveness.Mode, "reboot_aware", d.boot != nil)
 	if !d.views.FollowsNode() {
 		// An operator who annotates this node must learn here that it
 		// changes nothing.
@@ -784,13 +470,13 @@ func (d *Daemon) prove(ctx context.Context) error {
 		// A failure to ask proves nothing either way. An outage of the API
 		// server is said by the health's watch of the views; what else
 		// fails to answer is the runtime.
-		if ctx.Err() == nil && len(d.views.Problems()) == 0 && d.cfg.Liveness.Runtime() {
+		if ctx.Err() == nil && len(d.views.Problems()) == 0 && d.cfg.Liveness.Mode.Runtime() {
 			d.health.set(time.Now(), sourceRuntime, err)
 		}
 		d.log.Debug("cannot prove the views now", "error", err)
 		return err
 	}
-	if d.cfg.Liveness.Runtime() {
+	if d.cfg.Liveness.Mode.Runtime() {
 		d.health.clear(time.Now(), sourceRuntime)
 	}
 	d.setProven(err)
@@ -819,8 +505,8 @@ func (d *Daemon) setProven(err error) {
 	case err != nil:
 		d.log.Error("nothing will be deleted: the views are not proven to be this node's", "error", err)
 	default:
-		d.log.Info("views proven to be this node's", "liveness", d.cfg.Liveness, "self_pod_uid", d.cfg.SelfPodUID,
-			"expect_runtime", d.cfg.ExpectRuntime)
+		d.log.Info("views proven to be this node's", "liveness", d.cfg.Liveness.Mode, "self_pod_uid", d.cfg.Liveness.SelfPodUID,
+			"expect_runtime", d.cfg.Liveness.ExpectRuntime)
 	}
 }
 
@@ -829,7 +515,7 @@ func (d *Daemon) setProven(err error) {
 // reboot-aware; with an unusable record nothing is earlier-boot until the
 // next reboot.
 func loadBoot(cfg Config, log *slog.Logger, failed func()) *prune.BootState {
-	id, err := prune.ReadBootID(cmp.Or(cfg.BootIDFile, prune.DefaultBootIDFile))
+	id, err := prune.ReadBootID(cmp.Or(cfg.Liveness.BootIDFile, prune.DefaultBootIDFile))
 	if err != nil {
 		failed()
 		log.Warn("no boot id: reboot-aware staleness is off", "error", err)
@@ -842,247 +528,4 @@ func loadBoot(cfg Config, log *slog.Logger, failed func()) *prune.BootState {
 	}
 	log.Info("boot record loaded", "boot_id", id, "earlier_boot_sandboxes", b.Earlier())
 	return b
-}
-
-// cycle is one scheduled prune: skipped unless every view is fresh and no
-// other run is in progress.
-func (d *Daemon) cycle(ctx context.Context) {
-	if !d.running.TryLock() {
-		if !d.checking.Load() {
-			d.metrics.skipped.WithLabelValues(skipStillRunning).Inc()
-			d.log.Warn("prune skipped: the previous run is still in progress")
-			return
-		}
-		// A check of deleted pods is short: wait for it rather than skip
-		// the scheduled run for a whole interval.
-		d.running.Lock()
-	}
-	defer d.running.Unlock()
-	// What the run released shows in the ranges at once.
-	defer d.refreshRanges(ctx)
-	if why := d.notePause(ctx, nil); why != "" {
-		d.holdUp()
-		d.metrics.skipped.WithLabelValues(skipPaused).Inc()
-		d.log.Info("prune skipped: paused; it runs when the pause is lifted", "pause", why)
-		return
-	}
-	opts := prune.Options{Config: d.pruneConfig(), Deps: d.deps}
-	if opts.Release != nil {
-		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
-	}
-	held := whereaboutsCount{}
-	opts.OnLive = held.add
-	sum, res, err := prune.Cycle(ctx, d.sources, opts)
-	if sum != nil && err == nil {
-		// A complete run read every live pod's results file.
-		d.whereabouts.set(held)
-	}
-	if res.Sandboxes >= 0 {
-		d.metrics.sandboxes.Set(float64(res.Sandboxes))
-	}
-	if res.BootRecordErr != nil {
-		d.metrics.bootErrors.Inc()
-		d.log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
-			"error", res.BootRecordErr)
-	}
-	if sum == nil {
-		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, liveness.ErrNodeUnproven):
-			d.metrics.skipped.WithLabelValues(skipNodeUnproven).Inc()
-			d.setProven(err)
-			d.log.Warn("prune skipped: nothing deleted", "error", err)
-			d.warnNode(ctx, warnUnproven, "prune skipped, nothing deleted: "+err.Error())
-		case errors.Is(err, liveness.ErrRuntimeUnproven):
-			d.metrics.skipped.WithLabelValues(skipRuntimeUnproven).Inc()
-			d.setProven(err)
-			d.log.Warn("prune skipped: nothing deleted", "error", err)
-			d.warnNode(ctx, warnUnproven, "prune skipped, nothing deleted: "+err.Error())
-		case errors.Is(err, prune.ErrPodsUnavailable):
-			d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
-			d.log.Warn("prune skipped: no fresh view of the node's pods; nothing deleted", "error", err)
-			d.warnNode(ctx, warnNoView, "prune skipped, nothing deleted: no fresh view of the node's pods: "+err.Error())
-		case errors.Is(err, prune.ErrSandboxesUnavailable):
-			d.metrics.skipped.WithLabelValues(skipCRIUnavailable).Inc()
-			d.log.Warn("prune skipped: no list of sandboxes from the container runtime; nothing deleted", "error", err)
-			d.warnNode(ctx, warnNoView, "prune skipped, nothing deleted: no list of sandboxes from the container runtime: "+err.Error())
-		default:
-			d.log.Error("prune skipped", "error", err)
-			d.noteFailure(ctx, err)
-		}
-		return
-	}
-	d.setProven(nil)
-	d.metrics.runs.Inc()
-	d.metrics.observe(sum, err)
-	d.afterRun(ctx, sum)
-	attrs := summaryAttrs(sum)
-	switch {
-	case errors.Is(err, prune.ErrPaused):
-		d.holdUp()
-		d.metrics.skipped.WithLabelValues(skipPaused).Inc()
-		d.log.Warn("prune stopped: paused; nothing more deleted, the rest runs when the pause is lifted", append(attrs, "pause", d.pauseReason())...)
-	case errors.Is(err, prune.ErrNotSynced):
-		d.metrics.skipped.WithLabelValues(skipNotSynced).Inc()
-		d.log.Warn("prune stopped: a view went stale or stopped being proven; nothing more deleted", append(attrs, "error", d.staleReason())...)
-	case err != nil:
-		d.log.Error("prune stopped", append(attrs, "error", err)...)
-		d.noteFailure(ctx, err)
-	default:
-		d.failStreak = 0
-		if d.condition != nil {
-			d.condition.set(ctx, false, conditionHealthy, "the last prune run completed")
-		}
-		d.log.Info("prune done", attrs...)
-	}
-}
-
-// warnNode posts a Warning Event on the Node (nodeEvents.warn), where the
-// daemon posts Events at all (not with cri liveness: no API client).
-func (d *Daemon) warnNode(ctx context.Context, reason, note string) {
-	if d.events != nil {
-		d.events.warn(ctx, reason, note)
-	}
-	if d.condition != nil {
-		d.condition.set(ctx, true, reason, note)
-	}
-}
-
-// noteFailure counts a failed run; warnFailStreak of them in a row are a
-// Warning on the Node. The caller holds running.
-func (d *Daemon) noteFailure(ctx context.Context, err error) {
-	d.failStreak++
-	if d.failStreak >= warnFailStreak {
-		d.warnNode(ctx, warnFailing, fmt.Sprintf("%d prune runs in a row failed; the last: %v", d.failStreak, err))
-	}
-}
-
-// afterRun records a run's removals where they outlive the log: the
-// journal and the Node's Events. The caller holds running.
-func (d *Daemon) afterRun(ctx context.Context, sum *prune.Summary) {
-	if d.journal != nil {
-		if jerr := d.journal.Flush(); jerr != nil && !d.journalFailed {
-			d.journalFailed = true
-			d.log.Warn("cannot write the journal of removals; the log and the Node's Events still have them", "error", jerr)
-		}
-	}
-	if d.events != nil {
-		d.events.record(ctx, sum)
-	}
-}
-
-// onFile is what the runs tell of each file: the journal's record of a
-// removal, and the memory of which pod each results file left belongs to,
-// so that the check of a deleted pod need not read it.
-func (d *Daemon) onFile() func(prune.File) {
-	switch {
-	case d.journal != nil && d.podFiles != nil:
-		return func(f prune.File) {
-			d.journal.File(f)
-			d.podFiles.Observe(f)
-		}
-	case d.journal != nil:
-		return d.journal.File
-	case d.podFiles != nil:
-		return d.podFiles.Observe
-	}
-	return nil
-}
-
-// releaseUntil is when a run started at now stops starting CNI DELs: before
-// the next scheduled run, by a tenth of the time to it (at most a minute),
-// which leaves the run time to finish its DELs and its scan. A paced drain
-// then goes on run after run, each picking up where the last stopped (the
-// files released are gone), and the runs never overlap.
-func releaseUntil(sched cron.Schedule, now time.Time) time.Time {
-	next := sched.Next(now)
-	return next.Add(-min(next.Sub(now)/10, time.Minute))
-}
-
-// summaryAttrs are the log attributes of a prune's summary. Counts by phase
-// or reason are groups keyed by the phase or reason (kept.pod-live=3), so
-// that every key is one of a fixed set; a dry run says would_remove where
-// a real run says removed.
-func summaryAttrs(sum *prune.Summary) []any {
-	removed := "removed"
-	if sum.DryRun {
-		removed = "would_remove"
-	}
-	attrs := []any{
-		"dry_run", sum.DryRun,
-		slog.Group("scanned", "results", sum.Scanned[prune.PhaseResults], "scratch", sum.Scanned[prune.PhaseScratch],
-			"other", sum.Scanned[prune.PhaseOther]),
-		slog.Group(removed, "results", sum.Removed[prune.PhaseResults], "scratch", sum.Removed[prune.PhaseScratch]),
-		reasonGroup(removed+"_by", sum.RemovedBy),
-		reasonGroup("kept", sum.Kept),
-		"vanished", sum.Vanished[prune.PhaseResults] + sum.Vanished[prune.PhaseScratch],
-		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(),
-	}
-	if c := sum.CNIDel; c != nil && sum.DryRun {
-		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
-	} else if c != nil {
-		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
-	}
-	if r := sum.Reservations; r != nil {
-		released := "released"
-		if sum.DryRun {
-			released = "would_release"
-		}
-		attrs = append(attrs, slog.Group("host_local", "scanned", r.Scanned, released, r.Released,
-			reasonGroup("kept", r.Kept), "vanished", r.Vanished, "errors", r.Errors))
-	}
-	if !sum.AgesTrustedFrom.IsZero() {
-		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)
-	}
-	// The counts above are the run's; each cache but multus's, the first
-	// and usually the only one, adds its own.
-	for _, c := range sum.Caches {
-		if c.Name != prune.CacheMultus {
-			attrs = append(attrs, slog.Group(string(c.Name)+"_cache", "scanned", c.Scanned[prune.PhaseResults],
-				removed, c.Removed[prune.PhaseResults], "errors", c.Errors, "disk_bytes", c.DiskBytes))
-		}
-	}
-	return attrs
-}
-
-// reasonGroup is a group of the counts of m by reason, in order, so that log
-// lines are stable.
-func reasonGroup(name string, m map[prune.Reason]int) slog.Attr {
-	args := make([]any, 0, 2*len(m))
-	for _, r := range sortedReasons(m) {
-		args = append(args, string(r), m[r])
-	}
-	return slog.Group(name, args...)
-}
-
-// sortedReasons returns the keys of m in order, so that log lines are
-// stable.
-func sortedReasons(m map[prune.Reason]int) []prune.Reason {
-	rs := make([]prune.Reason, 0, len(m))
-	for r := range m {
-		rs = append(rs, r)
-	}
-	slices.Sort(rs)
-	return rs
-}
-
-// staleReason says why a run stopped for a view that went stale.
-func (d *Daemon) staleReason() error {
-	if err := d.views.Unheld(); err != nil {
-		return err
-	}
-	return errors.New("a view went stale during the run, and is fresh again")
-}
-
-// checkListenAddr checks a listen address, HOST:PORT or :PORT, before
-// anything starts: a typo is a usage error, not a daemon that fails later.
-func checkListenAddr(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
-	}
-	return nil
 }

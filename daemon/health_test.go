@@ -122,16 +122,16 @@ func TestDaemonSaysWhyItCannotWork(t *testing.T) {
 		wantLog    []string
 		wantReadyz []string
 	}{
-		{"api server refuses", Config{
+		{"api server refuses", Config{Liveness: liveness.Config{
 			NodeName: "n1",
 			RESTConfig: func() (*rest.Config, error) {
 				return &rest.Config{Host: "https://" + refused, BearerToken: "x", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, nil
 			},
-		}, []string{`level=WARN msg="cannot reach a dependency`, "source=api-server", "connection refused", "did you specify the right host or port?"},
+		}}, []string{`level=WARN msg="cannot reach a dependency`, "source=api-server", "connection refused", "did you specify the right host or port?"},
 			[]string{"not synced: api-server:", "connection refused", "did you specify the right host or port?"}},
-		{"runtime socket missing", Config{
-			Liveness: liveness.ModeCRI, CRIEndpoint: "unix://" + t.TempDir() + "/containerd.sock",
-		}, []string{`level=WARN msg="cannot reach a dependency`, "source=container-runtime", `hint="the container runtime's socket does not exist`},
+		{"runtime socket missing", Config{Liveness: liveness.Config{
+			Mode: liveness.ModeCRI, CRIEndpoint: "unix://" + t.TempDir() + "/containerd.sock",
+		}}, []string{`level=WARN msg="cannot reach a dependency`, "source=container-runtime", `hint="the container runtime's socket does not exist`},
 			[]string{"not synced: container-runtime:", "no such file or directory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestDaemonSaysWhyItCannotWork(t *testing.T) {
 			cfg := tc.cfg
 			cfg.Schedule, cfg.MetricsAddr = "@hourly", "127.0.0.1:0"
 			cfg.Prune = prune.Config{Dir: t.TempDir(), MinAge: time.Hour}
-			cfg.CRITimeout = time.Second
+			cfg.Liveness.CRITimeout = time.Second
 			d, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			if err != nil {
 				t.Fatal(err)

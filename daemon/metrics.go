@@ -79,11 +79,6 @@ type metrics struct {
 	hlReleases *prometheus.CounterVec
 	hlKept     *prometheus.GaugeVec
 	hlStale    prometheus.Gauge
-	// The checks of deleted pods' series; nil without them.
-	deleted       *prometheus.CounterVec
-	lookups       *prometheus.CounterVec
-	deletedChecks prometheus.Counter
-	deletedRead   prometheus.Counter
 }
 
 // maxDELLabels bounds the plugin and IPAM pairs of
@@ -100,9 +95,6 @@ type metricsConfig struct {
 	// runtimeCache: the runtime's own cache is pruned too, and has series
 	// of its own (cache="runtime").
 	runtimeCache bool
-	// deletedQueue, when set, is the queue of deleted pods waiting for
-	// their check (Config.DeletedPodGrace).
-	deletedQueue func() int
 }
 
 // phases returns the phases of a cache's files: the runtime's cache has
@@ -264,9 +256,6 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		}
 		m.registry.MustRegister(m.hlReleases, m.hlKept, m.hlStale)
 	}
-	if cfg.deletedQueue != nil {
-		m.deletedPodSeries(cfg.deletedQueue)
-	}
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
@@ -312,37 +301,6 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
-}
-
-// deletedPodSeries registers the series of the checks of deleted pods.
-func (m *metrics) deletedPodSeries(queued func() int) {
-	m.deleted = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sweep_deleted_pods_total",
-		Help: "Pods that left the view of the node's pods, by the outcome of their check: pruned (it removed or released something of the pod), nothing-left, kept (files still kept after its last attempt: the scheduled run's), alive (the API server still has the pod), static (a mirror pod: never checked), dropped (the queue was full).",
-	}, []string{"outcome"})
-	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sweep_deleted_pod_lookups_total",
-		Help: "Deleted pods looked up in the API server before their check (a GET each, or one list of the node's pods for more than 8 at once), by result: gone, replaced (another pod of that name), alive, error (per failed request). At most one answer per pod.",
-	}, []string{"result"})
-	m.deletedChecks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sweep_deleted_pod_checks_total",
-		Help: "Targeted prune runs over the files of deleted pods; one covers the pods that came due within a few seconds of each other.",
-	})
-	m.deletedRead = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sweep_deleted_pod_files_read_total",
-		Help: "Results files read to find the files of deleted pods: each once while it stays, unless a prune run reported it first.",
-	})
-	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sweep_deleted_pods_queued",
-		Help: "Deleted pods waiting for their check (at most 4096).",
-	}, func() float64 { return float64(queued()) })
-	for _, o := range deletedOutcomes() {
-		m.deleted.WithLabelValues(o)
-	}
-	for _, r := range []string{string(liveness.DeletionGone), string(liveness.DeletionReplaced), string(liveness.DeletionAlive), lookupError} {
-		m.lookups.WithLabelValues(r)
-	}
-	m.registry.MustRegister(m.deleted, m.lookups, m.deletedChecks, m.deletedRead, queue)
 }
 
 // count adds a run's removals, DELs and releases to the counters: all a

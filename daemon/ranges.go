@@ -180,9 +180,9 @@ func (r *rangeReader) loop(ctx context.Context) {
 func (d *Daemon) newRangeReader() *rangeReader {
 	// A reservation exists from the middle of its sandbox's ADD, and the
 	// runtime lists the sandbox once the ADD is done: as for the release,
-	// the minimum age, and at least HostLocalMinAge, before an unlisted
+	// the minimum age, and at least the ADD's bound (prune.Config.ADDBound), before an unlisted
 	// sandbox's reservation is dead.
-	grace := max(d.cfg.Prune.MinAge, HostLocalMinAge)
+	grace := max(d.cfg.Prune.MinAge, d.cfg.Prune.ADDBound())
 	if d.cfg.AllowShortIntervals {
 		grace = d.cfg.Prune.MinAge
 	}

@@ -2,17 +2,21 @@ package daemon
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sweep-k8s/sweep/internal/nofollow"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
 // Whereabouts' pools are the cluster's, in custom resources: a node alone
 // cannot say how full one is. What it can say is how many addresses of each
 // Whereabouts network its live pods hold, from the multus cache files the
-// scheduled run reads anyway: beside the pool's size, an operator sees which
+// scheduled run keeps: beside the pool's size, an operator sees which
 // nodes hold what.
 
 // maxWhereaboutsNetworks bounds the networks that have a series of their
@@ -55,13 +59,56 @@ func (g *whereaboutsHeld) set(counts map[string]int) {
 	g.last = counts
 }
 
-// whereaboutsCount counts one run's live results files.
-type whereaboutsCount map[string]int
+// liveFiles are the results files a scheduled run kept because their pod or
+// sandbox is live: the few files (a node's pods have one per attachment)
+// whose addresses the gauge counts.
+type liveFiles []prune.File
 
-// add counts the addresses of content, a live pod's results file, if its
-// network's IPAM is Whereabouts. A file it cannot read as one counts
-// nothing: the gauge says what is known to be held.
-func (c whereaboutsCount) add(_ prune.File, content []byte) {
+// collect returns an OnFile that notes each live results file, then calls
+// next (when set).
+func (l *liveFiles) collect(next func(prune.File)) func(prune.File) {
+	return func(f prune.File) {
+		if f.Phase == prune.PhaseResults && !f.Remove && (f.Reason == prune.ReasonPodLive || f.Reason == prune.ReasonSandboxLive) {
+			*l = append(*l, f)
+		}
+		if next != nil {
+			next(f)
+		}
+	}
+}
+
+// whereabouts counts the addresses of Whereabouts networks in the live
+// files, reading each again, as the run does: without following a link,
+// regular files only, within the prune's size bound. A file that cannot be
+// read so counts nothing: the gauge says what is known to be held.
+func (l liveFiles) whereabouts() map[string]int {
+	counts := map[string]int{}
+	buf := make([]byte, prune.DefaultMaxFileSize)
+	for _, f := range l {
+		path := filepath.Join(f.CacheDir, f.RelPath())
+		dir, err := nofollow.OpenDir(unix.AT_FDCWD, filepath.Dir(path))
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		fd, err := nofollow.OpenRegular(int(dir.Fd()), filepath.Base(path), unix.O_NOATIME, &st)
+		dir.Close()
+		if err != nil {
+			continue
+		}
+		if st.Size <= int64(len(buf)) {
+			if n, err := nofollow.ReadFull(fd, buf[:st.Size]); err == nil {
+				countWhereabouts(counts, buf[:n])
+			}
+		}
+		unix.Close(fd)
+	}
+	return counts
+}
+
+// countWhereabouts adds the addresses of content, a live pod's results
+// file, to counts if its network's IPAM is Whereabouts.
+func countWhereabouts(counts map[string]int, content []byte) {
 	var f struct {
 		NetworkName string          `json:"networkName"`
 		Config      []byte          `json:"config"`
@@ -79,10 +126,10 @@ func (c whereaboutsCount) add(_ prune.File, content []byte) {
 		return
 	}
 	network := f.NetworkName
-	if _, ok := c[network]; !ok && len(c) >= maxWhereaboutsNetworks {
+	if _, ok := counts[network]; !ok && len(counts) >= maxWhereaboutsNetworks {
 		network = "other"
 	}
-	c[network] += len(r.IPs)
+	counts[network] += len(r.IPs)
 }
 
 // whereaboutsConfig reports whether a cached network config, a plugin's or

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sweep-k8s/sweep/cri"
+	"github.com/sweep-k8s/sweep/internal/field"
 	"github.com/sweep-k8s/sweep/internal/kubehint"
 	"github.com/sweep-k8s/sweep/prune"
 )
@@ -82,6 +83,38 @@ type Config struct {
 	// RESTConfig returns the API server's client config, called only when
 	// the mode needs the pods and no client was injected.
 	RESTConfig func() (*rest.Config, error)
+}
+
+// Validate checks the configuration without touching anything. Errors are
+// *field.Error naming the field ("Mode", "NodeName", ...).
+func (c Config) Validate() error {
+	if c.Mode != "" {
+		if _, err := ParseMode(string(c.Mode)); err != nil {
+			return field.Wrap("Mode", err)
+		}
+	}
+	if c.NodeName == "" && c.Mode != ModeCRI {
+		return field.Errorf("NodeName", "node name is required")
+	}
+	if c.ExpectRuntime != "" {
+		if err := ParseExpectRuntime(c.ExpectRuntime); err != nil {
+			return field.Wrap("ExpectRuntime", err)
+		}
+	}
+	if c.Mode.Runtime() {
+		if c.CRIEndpoint != "" {
+			if _, err := cri.ParseEndpoint(c.CRIEndpoint); err != nil {
+				return field.Wrap("CRIEndpoint", err)
+			}
+		}
+		if c.CRITimeout < 0 {
+			return field.Errorf("CRITimeout", "must not be negative")
+		}
+	}
+	if c.SyncTimeout < 0 {
+		return field.Errorf("SyncTimeout", "must not be negative")
+	}
+	return nil
 }
 
 // Option injects a dependency into New.
@@ -289,6 +322,10 @@ func (v *Views) Pods() *PodView { return v.pods }
 // Runtime returns the container runtime's client, or nil without runtime
 // liveness.
 func (v *Views) Runtime() *cri.Client { return v.runtime }
+
+// Metadata returns the client of the pods' view, nil without one (cri
+// liveness): what confirms with the API server that a pod is deleted.
+func (v *Views) Metadata() metadata.Interface { return v.client }
 
 // Dynamic returns the API server's dynamic client of the views, or nil
 // without one (cri liveness).

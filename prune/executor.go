@@ -58,11 +58,25 @@ func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
 			defer cancel()
 		}
 	}
-	if opts.Targets != nil {
-		if err := opts.Targets.validate(); err != nil {
+	var targeted *TargetedCounts
+	var found map[CacheName][]string
+	if t := opts.Targets; t != nil {
+		if err := t.validate(); err != nil {
 			return newSummary(opts.Dir, opts.DryRun, opts.Release != nil), err
 		}
-		opts.MinAge = opts.Targets.MinAge
+		if opts.PodFiles == nil {
+			opts.PodFiles = NewPodFiles()
+		}
+		var st FindStats
+		var err error
+		found, st, err = opts.PodFiles.Find(opts.Config, t.UIDs)
+		targeted = &TargetedCounts{Pods: map[string]PodOutcome{}, Read: st.Read, Unread: st.Unread}
+		if err != nil {
+			sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
+			sum.Targeted = targeted
+			return sum, fmt.Errorf("find the files of the targeted pods: %w", err)
+		}
+		opts.MinAge = min(opts.MinAge, opts.ADDBound())
 	}
 	// start first: clockStepped measures from it, so a set between it and
 	// now, which now would not show, stops the run's removals.
@@ -86,9 +100,12 @@ func Run(ctx context.Context, views Views, opts Options) (*Summary, error) {
 		slots:    make(chan struct{}, opts.ReleaseConcurrency),
 		named:    map[SandboxID]struct{}{},
 		targeted: map[SandboxID]struct{}{},
+		found:    found,
+		outcomes: targeted,
 	}
 	e.caches = opts.caches()
 	sum := newSummary(opts.Dir, opts.DryRun, opts.Release != nil)
+	sum.Targeted = targeted
 	sum.AgesTrustedFrom = clock.TrustedFrom
 	if err := validateViews(views, opts); err != nil {
 		return sum, err
@@ -187,6 +204,26 @@ type executor struct {
 	// that the targeted pods' results files name: the only ones whose
 	// scratch files and reservations the run may remove.
 	targeted map[SandboxID]struct{}
+	// found are, in a targeted run, the targeted pods' results files by
+	// cache, and outcomes what became of each pod (under onFile).
+	found    map[CacheName][]string
+	outcomes *TargetedCounts
+}
+
+// noteTarget adds a results file's outcome to its pod's, in a targeted run.
+// A file that could not be read again this run is its pod's as the memory
+// of the caches knows it. The caller holds onFile.
+func (e *executor) noteTarget(f File) {
+	uid := f.Pod.UID
+	if uid == "" {
+		uid = e.opts.PodFiles.UIDOf(f.Cache, f.Name)
+	}
+	if !e.opts.Targets.has(uid) {
+		return
+	}
+	o := e.outcomes.Pods[uid]
+	o.note(f, e.opts.MinAge)
+	e.outcomes.Pods[uid] = o
 }
 
 // maxRemovalLogs is how many removals a run logs at info level, each with
@@ -386,8 +423,8 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 	var pending []string
 	newer := map[string]struct{}{}
 	var names []string
-	if t := e.opts.Targets; t != nil {
-		names = append([]string{}, t.Results[c.name]...) // not nil: none is none
+	if e.opts.Targets != nil {
+		names = append([]string{}, e.found[c.name]...) // not nil: none is none
 	}
 	err := e.phase(ctx, c, dir, PhaseResults, sum, names, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.results(fd, name, typ, nil)

@@ -44,6 +44,13 @@ type Config struct {
 	RuntimeDir string
 	// MinAge keeps files younger than this: their ADD may still be running.
 	MinAge time.Duration
+	// KubeletRuntimeRequestTimeout is the kubelet's runtimeRequestTimeout,
+	// default DefaultKubeletRuntimeRequestTimeout: it bounds how long a
+	// sandbox's CNI ADD can run (ADDBound), which a targeted run takes for
+	// its minimum age and releasing host-local reservations takes for the
+	// floor of MinAge. sweepd cannot read the kubelet's setting without
+	// rights to its configz: a kubelet with a raised one needs it here.
+	KubeletRuntimeRequestTimeout time.Duration
 	// DryRun decides and reports but removes nothing.
 	DryRun bool
 	// Workers is the number of files handled at once; default GOMAXPROCS.
@@ -126,6 +133,9 @@ func (c Config) Validate() error {
 			return field.Errorf("HostLocalNetworks", "%q is not a CNI network name", n)
 		}
 	}
+	if c.KubeletRuntimeRequestTimeout < 0 {
+		return field.Errorf("KubeletRuntimeRequestTimeout", "must not be negative (0: the kubelet's default, %s)", DefaultKubeletRuntimeRequestTimeout)
+	}
 	if c.MaxReleases < 0 {
 		return field.Errorf("MaxReleases", "must not be negative")
 	}
@@ -133,6 +143,24 @@ func (c Config) Validate() error {
 		return field.Errorf("ReleaseConcurrency", "must not be negative")
 	}
 	return nil
+}
+
+// DefaultKubeletRuntimeRequestTimeout is the kubelet's default
+// runtimeRequestTimeout.
+const DefaultKubeletRuntimeRequestTimeout = 2 * time.Minute
+
+// ADDBound is the longest a sandbox's CNI ADD can run before the runtime
+// lists the sandbox: the kubelet gives RunPodSandbox twice its
+// runtimeRequestTimeout (containerd runs the ADD under that deadline), plus
+// a minute for the plugin's delegates; 5 minutes at the kubelet's default.
+// A file of a pod known dead is safe from its ADD once this old, and a
+// host-local reservation, written during the ADD, is kept at least this long.
+func (c Config) ADDBound() time.Duration {
+	t := c.KubeletRuntimeRequestTimeout
+	if t <= 0 {
+		t = DefaultKubeletRuntimeRequestTimeout
+	}
+	return 2*t + time.Minute
 }
 
 // withDefaults fills the fields whose zero value means a default.
@@ -188,11 +216,11 @@ type Deps struct {
 	// as the workers wait for it. Nil keeps the run's memory independent of
 	// the number of files.
 	OnFile func(File)
-	// OnLive, when set, receives each results file that the run keeps
-	// because its pod or sandbox is live, with its content as read (valid
-	// during the call only): what the node's live pods hold, for the
-	// daemon's gauges of Whereabouts' addresses. Called as OnFile is.
-	OnLive func(f File, content []byte)
+	// PodFiles, when set, remembers across runs which pod each results
+	// file names: every run tells it what it read, and a targeted run
+	// (Options.Targets) reads only the files it does not know to find its
+	// pods' files. Nil: a targeted run reads every results file.
+	PodFiles *PodFiles
 }
 
 // Views are the liveness views a run judges by, and the node they are of.

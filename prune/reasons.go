@@ -1,5 +1,7 @@
 package prune
 
+import "slices"
+
 // The closed sets of reasons, beside their constants: the daemon makes one
 // metric series of each ahead of any run, the docs have a row of each, and
 // TestReasonSets fails when a Reason constant is in none of them, so that a
@@ -35,3 +37,21 @@ func ReservationKeptReasons() []Reason {
 		ReasonChanged, ReasonLockBusy, ReasonNetworkNotAllowed, ReasonViewStale, ReasonPaused, ReasonError,
 	}
 }
+
+// RetryReasons are the reasons a results file is kept that pass with time:
+// its sandbox stops, its DEL succeeds another time, it grows old enough, a
+// view catches up, a pause is lifted. A targeted run says so of a pod whose
+// file was kept for one of them (PodOutcome.Retry), so that the caller
+// tries it again rather than leave it to the next scheduled run. Every
+// other kept reason is lasting: the file is not a pod's to check again, or
+// only a change no retry brings would remove it.
+func RetryReasons() []Reason {
+	return []Reason{
+		ReasonTooYoung, ReasonSandboxLive, ReasonCNIDelFailed, ReasonCNIDelDeferred, ReasonNewerThanView,
+		ReasonClockUnsettled, ReasonViewStale, ReasonPaused, ReasonChanged, ReasonError,
+	}
+}
+
+// Retried reports whether a file kept for r is worth another run
+// (RetryReasons).
+func Retried(r Reason) bool { return slices.Contains(RetryReasons(), r) }

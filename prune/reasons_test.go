@@ -73,3 +73,33 @@ func TestReasonSets(t *testing.T) {
 		t.Fatalf("found %d Reason constants; has their declaration changed?", found)
 	}
 }
+
+// TestRetryReasons: each reason a results file is kept for is either worth
+// a retry (RetryReasons, a targeted run says so of the pod) or lasting, in
+// the list below; a new kept reason fails here until it is put in one, so
+// that whether a deleted pod's check tries again is decided, not left to a
+// default.
+func TestRetryReasons(t *testing.T) {
+	lasting := []prune.Reason{
+		prune.ReasonPodLive, prune.ReasonSandboxReferenced, prune.ReasonUnparseable, prune.ReasonNotCache,
+		prune.ReasonNoIdentity, prune.ReasonTooLarge, prune.ReasonNotRegular, prune.ReasonOtherName,
+		prune.ReasonStaticPod, prune.ReasonNoResultsDir, prune.ReasonConflicting, prune.ReasonNotTarget,
+	}
+	retry := prune.RetryReasons()
+	for _, r := range retry {
+		if !slices.Contains(prune.KeptReasons(), r) {
+			t.Errorf("RetryReasons names %q, which is no reason a file is kept for", r)
+		}
+		if slices.Contains(lasting, r) {
+			t.Errorf("%q is both worth a retry and lasting", r)
+		}
+	}
+	for _, r := range prune.KeptReasons() {
+		if !slices.Contains(retry, r) && !slices.Contains(lasting, r) {
+			t.Errorf("kept reason %q is neither in RetryReasons nor lasting: decide whether a deleted pod's check tries again", r)
+		}
+		if got, want := prune.Retried(r), slices.Contains(retry, r); got != want {
+			t.Errorf("Retried(%q) = %v, want %v", r, got, want)
+		}
+	}
+}

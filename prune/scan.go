@@ -138,12 +138,6 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		f.Sandbox = re.Cache.ContainerID
 	}
 	w.record(f, d)
-	if live := w.e.opts.OnLive; live != nil && w.raw != nil && (d.Reason == ReasonPodLive || d.Reason == ReasonSandboxLive) {
-		w.e.onFile.Lock()
-		defer w.e.onFile.Unlock()
-		f.Reason = d.Reason
-		live(f, w.raw)
-	}
 }
 
 // reasonVanished marks a file that someone else removed between the plan and
@@ -294,7 +288,7 @@ func (w *worker) report(f File, d Decision) {
 		}
 		e.opts.Logger.LogAttrs(w.ctx, level, msg, attrs...)
 	}
-	if e.opts.OnFile == nil {
+	if e.opts.OnFile == nil && e.opts.PodFiles == nil && e.opts.Targets == nil {
 		return
 	}
 	if f.Sandbox == "" && f.Phase == PhaseResults {
@@ -304,5 +298,13 @@ func (w *worker) report(f File, d Decision) {
 	}
 	e.onFile.Lock()
 	defer e.onFile.Unlock()
-	e.opts.OnFile(f)
+	if e.opts.PodFiles != nil {
+		e.opts.PodFiles.Observe(f)
+	}
+	if e.opts.Targets != nil && f.Phase == PhaseResults {
+		e.noteTarget(f)
+	}
+	if e.opts.OnFile != nil {
+		e.opts.OnFile(f)
+	}
 }

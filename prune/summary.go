@@ -93,7 +93,10 @@ type Summary struct {
 	// Reservations is what the run did with host-local's reservations; nil
 	// unless it was asked to release them (Config.HostLocalDirs).
 	Reservations *ReservationCounts `json:"reservations,omitempty"`
-	Duration     time.Duration      `json:"-"`
+	// Targeted is what a targeted run (Options.Targets) did pod by pod;
+	// nil for a full run.
+	Targeted *TargetedCounts `json:"targeted,omitempty"`
+	Duration time.Duration   `json:"-"`
 
 	// kept holds the sandboxes named by the results files left after a run
 	// that read all of them; nil otherwise.

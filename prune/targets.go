@@ -16,29 +16,27 @@ import (
 // Targets narrow a run to the files of pods whose deletion the caller has
 // confirmed: the daemon's check of a pod soon after its deletion, which
 // frees what the kubelet's own teardown left without waiting for the next
-// scheduled run. Only the results files listed are read; a results file
-// that names a pod not in UIDs is kept (ReasonNotTarget), and every other
-// rule applies as in a full run. Scratch files go only for sandboxes of the
-// targeted pods' results files, once no results file names them; host-local
-// reservations (Config.HostLocalDirs) only for those sandboxes too.
+// scheduled run. The run finds the pods' results files itself
+// (Options.PodFiles) and reads only those; a results file that names a pod
+// not in UIDs is kept (ReasonNotTarget), and every other rule applies as in
+// a full run. Scratch files go only for sandboxes of the targeted pods'
+// results files, once no results file names them; host-local reservations
+// (Config.HostLocalDirs) only for those sandboxes too. What became of each
+// pod is Summary.Targeted.
 //
-// MinAge replaces Config.MinAge for these files. Config.MinAge covers a
-// file whose pod the views may not know yet, a pod just bound whose ADD runs
-// or that the watch has not brought: no age is safe for those but a long
-// one. A targeted pod was seen, its deletion confirmed by the API server,
-// and a UID is never given twice, so no ADD can start for it any more; the
-// only ADD that can still run is of its own last sandbox, which the kubelet
-// gives at most twice its runtime request timeout. A static pod's UID is
-// the kubelet's hash of its manifest, which comes back with the manifest:
-// the caller must never target one. See docs/design/prune-safety.md.
+// The minimum age of a targeted file is the shorter of Config.MinAge and
+// Config.ADDBound. Config.MinAge covers a file whose pod the views may not
+// know yet, a pod just bound whose ADD runs or that the watch has not
+// brought: no age is safe for those but a long one. A targeted pod was
+// seen, its deletion confirmed by the API server, and a UID is never given
+// twice, so no ADD can start for it any more; the only ADD that can still
+// run is of its own last sandbox, which the kubelet bounds (ADDBound). A
+// static pod's UID is the kubelet's hash of its manifest, which comes back
+// with the manifest: the caller must never target one. See
+// docs/design/prune-safety.md.
 type Targets struct {
 	// UIDs are the pods confirmed deleted.
 	UIDs map[string]struct{}
-	// Results are the results files to check, by cache (PodFiles.Find).
-	Results map[CacheName][]string
-	// MinAge is the minimum age of a targeted file, in place of
-	// Config.MinAge.
-	MinAge time.Duration
 }
 
 func (t *Targets) has(uid string) bool {
@@ -50,13 +48,57 @@ func (t *Targets) has(uid string) bool {
 var ErrTargetsInvalid = errors.New("invalid targets")
 
 func (t *Targets) validate() error {
-	switch {
-	case len(t.UIDs) == 0:
+	if len(t.UIDs) == 0 {
 		return fmt.Errorf("%w: no pod UIDs", ErrTargetsInvalid)
-	case t.MinAge < 0:
-		return fmt.Errorf("%w: negative minimum age", ErrTargetsInvalid)
 	}
 	return nil
+}
+
+// TargetedCounts is what a targeted run (Options.Targets) found and did,
+// pod by pod.
+type TargetedCounts struct {
+	// Pods holds the outcome of each targeted pod that has results files
+	// left in the caches; a pod not in it had none.
+	Pods map[string]PodOutcome `json:"pods"`
+	// Read counts the results files read to find the pods' files, Unread
+	// those not read because the budget was spent (PodFiles): a pod may
+	// then have files the run did not find.
+	Read   int `json:"read"`
+	Unread int `json:"unread"`
+}
+
+// PodOutcome is what a targeted run did with one pod's results files.
+type PodOutcome struct {
+	// Removed and Kept count its results files removed (in a dry run,
+	// that a real run would remove) and kept.
+	Removed int `json:"removed"`
+	Kept    int `json:"kept"`
+	// Retry says that a file was kept for a reason that passes
+	// (RetryReasons): a later run may remove it. RetryAt, when set, is
+	// the earliest time worth it: when the youngest of its files kept as
+	// too young is old enough.
+	Retry   bool      `json:"retry"`
+	RetryAt time.Time `json:"retryAt,omitzero"`
+}
+
+// note adds a results file's outcome; minAge is the run's.
+func (o *PodOutcome) note(f File, minAge time.Duration) {
+	if f.Remove {
+		o.Removed++
+		return
+	}
+	o.Kept++
+	if !Retried(f.Reason) {
+		return
+	}
+	o.Retry = true
+	if f.Reason == ReasonTooYoung && !f.ModTime.IsZero() {
+		// A second past the minimum age, so that the retry does not find
+		// the file a tick too young again.
+		if at := f.ModTime.Add(minAge + time.Second); at.After(o.RetryAt) {
+			o.RetryAt = at
+		}
+	}
 }
 
 // PodFiles finds the results files of given pods without reading the caches

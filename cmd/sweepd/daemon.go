@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sweep-k8s/sweep/daemon"
+	"github.com/sweep-k8s/sweep/deleted"
 	"github.com/sweep-k8s/sweep/ranges"
 )
 
@@ -33,7 +34,7 @@ config appears.`,
 		ctx := cmd.Context()
 		cfg := p.config(e)
 		cfg.Schedule, cfg.PruneOnStart, cfg.MetricsAddr, cfg.Pause = *schedule, *onStart, *addr, *pause
-		cfg.DeletedPodGrace, cfg.DeletedPodMinAge = f.grace, f.graceAge
+		cfg.Deleted.Grace = f.grace
 		cfg.CNIConfDir = *confDir
 		cfg.NodeCondition = f.condition
 		uc, err := u.config()
@@ -65,9 +66,8 @@ type daemonCmdFlags struct {
 	onStart   bool
 	addr      string
 	pause     bool
-	condition bool // --node-condition
-	grace     time.Duration
-	graceAge  time.Duration // --deleted-pod-min-age
+	condition bool          // --node-condition
+	grace     time.Duration // --deleted-pod-grace
 	confDir   string        // --cni-conf-dir
 	prune     *pruneFlags
 	uninstall *daemonUninstallFlags
@@ -82,8 +82,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonCmdFlags {
 	fs.StringVar(&f.schedule, "schedule", "@every 1h", "when to prune: a cron spec (five fields) or a descriptor such as @every 30m or @hourly")
 	fs.BoolVar(&f.onStart, "prune-on-start", true, "prune right after the first sync of the node's pods")
 	fs.StringVar(&f.addr, "metrics-addr", ":9742", "listen address of /metrics, /healthz and /readyz; empty disables")
-	durationVar(fs, &f.grace, "deleted-pod-grace", daemon.DefaultDeletedPodGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
-	durationVar(fs, &f.graceAge, "deleted-pod-min-age", daemon.DefaultDeletedPodMinAge, "with --deleted-pod-grace, keep a deleted pod's files younger than this (or than --min-age, if shorter): a force-deleted pod's last sandbox may still be in its CNI ADD, which the kubelet allows twice its runtimeRequestTimeout; raise it to 2 x that timeout + 1m with a raised timeout")
+	durationVar(fs, &f.grace, "deleted-pod-grace", deleted.DefaultGrace, "this long after a pod of the node is deleted, prune what its teardown left (its cache files; with --cni-del, its addresses), once the API server confirms it is gone, instead of at the next scheduled run; needs --liveness=api or both (0: off)")
 	fs.BoolVar(&f.condition, "node-condition", false, "keep the Node's condition SweepProblem up to date (True while runs are skipped or failing, or paused for a day), for remediation tools; needs patch on nodes/status")
 	fs.BoolVar(&f.pause, "pause", false, "remove, DEL and release nothing while running, for maintenance; the annotation sweep.k8s.io/pause on a Node pauses that node alone")
 	fs.StringVar(&f.confDir, "cni-conf-dir", ranges.DefaultConfDir, "CNI configuration directory whose host-local networks' ranges are counted in the metrics "+

@@ -74,8 +74,8 @@ func TestFindDaemon(t *testing.T) {
 			if cfg.Prune.Dir != "/host/multus" || !cfg.Prune.DryRun {
 				t.Errorf("dir %q, dry run %v: want the daemon's /host/multus, dry", cfg.Prune.Dir, cfg.Prune.DryRun)
 			}
-			if d.env["NODE_NAME"] != "" && cfg.NodeName != "node-a" {
-				t.Errorf("node %q, want the daemon's $NODE_NAME node-a", cfg.NodeName)
+			if d.env["NODE_NAME"] != "" && cfg.Liveness.NodeName != "node-a" {
+				t.Errorf("node %q, want the daemon's $NODE_NAME node-a", cfg.Liveness.NodeName)
 			}
 		})
 	}

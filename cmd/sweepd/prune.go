@@ -43,20 +43,36 @@ const (
 	defaultCNIDelConcurrency = 1
 )
 
-// daemonFlags maps the fields of daemon.Config to the flags of `prune` and
-// `daemon`, for flagError.
+// daemonFlags maps the fields of daemon.Config, by their path, to the flags
+// of `prune` and `daemon` that set them, for flagError: every field a flag
+// sets is in it, and TestDaemonFlagsCoverConfig fails when a field has no
+// flag or a flag no field.
 func daemonFlags() map[string]string {
 	return map[string]string{
-		"NodeName": "node-name", "Prune.MinAge": "min-age", "Schedule": "schedule", "Liveness": "liveness",
-		"RebootAware": "reboot-aware", "ExpectRuntime": "expect-runtime", "CRIEndpoint": "cri-endpoint", "CRITimeout": "cri-timeout",
-		"Prune.MaxReleases": "cni-del-max", "CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
-		"CNIDelRate": "cni-del-rate", "Prune.ReleaseConcurrency": "cni-del-concurrency", "CNIDelYield": "cni-del-yield", "DeletedPodGrace": "deleted-pod-grace", "DeletedPodMinAge": "deleted-pod-min-age",
+		"Liveness.Mode": "liveness", "Liveness.NodeName": "node-name", "Liveness.BootIDFile": "boot-id-file",
+		"Liveness.SelfPodUID": "pod-uid", "Liveness.ExpectRuntime": "expect-runtime", "Liveness.CRIEndpoint": "cri-endpoint",
+		"Liveness.CRITimeout": "cri-timeout", "Liveness.SyncTimeout": "sync-timeout", "Liveness.RESTConfig": "kubeconfig",
+
+		"Prune.Dir": "multus-dir", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.MinAge": "min-age", "Prune.DryRun": "dry-run",
+		"Prune.Workers": "workers", "Prune.KubeletRuntimeRequestTimeout": "kubelet-runtime-request-timeout",
+		"Prune.MaxReleases": "cni-del-max", "Prune.ReleaseConcurrency": "cni-del-concurrency",
+		"Prune.HostLocalDirs": "release-host-local-dir", "Prune.HostLocalNetworks": "release-host-local-network",
+
+		"CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
+		"CNIDelRate": "cni-del-rate", "CNIDelYield": "cni-del-yield",
+		"Deleted.Grace": "deleted-pod-grace",
+
 		"Uninstall": "cleanup-config-dir", "Uninstall.ConfigDir": "cleanup-config-dir", "Uninstall.NodeName": "node-name",
-		"Uninstall.Self.Namespace": "self-namespace", "Uninstall.Self.GVR": "self-gvr", "Uninstall.Timeout": "cleanup-barrier-timeout",
-		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.AllowedRoots": "allowed-root",
-		"Uninstall.Self": "cluster-role-name", "Prune.RuntimeDir": "runtime-cache-dir", "Prune.HostLocalDirs": "release-host-local-dir",
-		"Prune.HostLocalNetworks": "release-host-local-network", "Prune.Dir": "multus-dir", "Prune.Workers": "workers",
-		"MetricsAddr": "metrics-addr", "CNIConfDir": "cni-conf-dir",
+		"Uninstall.StateDir": "state-dir", "Uninstall.AllowedRoots": "allowed-root", "Uninstall.Timeout": "cleanup-barrier-timeout",
+		"Uninstall.LeaseDuration": "cleanup-lease-duration", "Uninstall.FileGlobs": "cleanup-file-globs",
+		"Uninstall.Watch.Debounce": "cleanup-debounce", "Uninstall.Self": "cluster-role-name",
+		"Uninstall.Self.GVR": "self-gvr", "Uninstall.Self.Name": "self-name", "Uninstall.Self.Namespace": "self-namespace",
+		"Uninstall.Self.ServiceAccount": "sa-name", "Uninstall.Self.Role": "role-name", "Uninstall.Self.RoleBinding": "role-binding-name",
+		"Uninstall.Self.ClusterRole": "cluster-role-name", "Uninstall.Self.ClusterRoleBinding": "cluster-role-binding-name",
+
+		"Schedule": "schedule", "PruneOnStart": "prune-on-start", "MetricsAddr": "metrics-addr", "StateDir": "state-dir",
+		"RebootAware": "reboot-aware", "CNIConfDir": "cni-conf-dir", "Pause": "pause", "NodeCondition": "node-condition",
+		"AllowShortIntervals": "allow-short-intervals",
 	}
 }
 
@@ -65,28 +81,29 @@ func daemonFlags() map[string]string {
 // runs use.
 func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 	p := &pruneFlags{fs: cmd.Flags(), kube: addKubeFlags(cmd.Flags())}
-	c, o := &p.cfg, &p.cfg.Prune
+	c, l, o := &p.cfg, &p.cfg.Liveness, &p.cfg.Prune
 
 	fs := newFlagSet()
-	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node; default $NODE_NAME")
+	fs.StringVar(&l.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node; default $NODE_NAME")
 	fs.StringVar(&o.Dir, "multus-dir", "/var/lib/cni/multus", "multus cache directory")
 	fs.StringVar(&o.RuntimeDir, "runtime-cache-dir", "", "the container runtime's own CNI cache of the pods' primary network, /var/lib/cni/results with containerd and CRI-O: prune its results files too, after --multus-dir's and by the same rules (a file must also name its pod's UID); empty: not pruned")
 	durationVar(fs, &o.MinAge, "min-age", 15*time.Minute, "keep files younger than this; their CNI ADD may still be running")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and report, remove nothing")
+	durationVar(fs, &o.KubeletRuntimeRequestTimeout, "kubelet-runtime-request-timeout", prune.DefaultKubeletRuntimeRequestTimeout, "the kubelet's runtimeRequestTimeout, if raised on this node: a sandbox's CNI ADD may run twice it plus a minute, which is how young a deleted pod's files are kept and the floor of --min-age for --release-host-local-dir")
 	fs.IntVar(&o.Workers, "workers", 0, "files handled at once; 0 means one per CPU")
-	positiveDurationVar(fs, &c.SyncTimeout, "sync-timeout", 30*time.Second, "how long to wait for a complete view of the node's pods before giving up without deleting anything")
+	positiveDurationVar(fs, &l.SyncTimeout, "sync-timeout", 30*time.Second, "how long to wait for a complete view of the node's pods before giving up without deleting anything")
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory that survives restarts and reboots (a hostPath), for the boot record of --reboot-aware and the daemon's finished uninstall cleanup work; empty: no reboot-awareness, uninstall state in memory only")
 	fs.BoolVar(&c.RebootAware, "reboot-aware", true, "treat the files of sandboxes recorded under an earlier boot as stale, even when their pod exists, once a second witness agrees (the runtime no longer lists the sandbox, or the pod has a newer one); only with --state-dir")
-	fs.StringVar(&c.BootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID; the Node named --node-name must report the same one (status.nodeInfo.bootID) before its pods' view condemns anything")
+	fs.StringVar(&l.BootIDFile, "boot-id-file", prune.DefaultBootIDFile, "where to read the current boot ID; the Node named --node-name must report the same one (status.nodeInfo.bootID) before its pods' view condemns anything")
 	fs.BoolVar(&c.AllowShortIntervals, "allow-short-intervals", false, "accept a --min-age (and a daemon's --schedule interval) under one minute: for tests and demos; on a node, a CNI ADD may take longer")
 	addFlagGroup(cmd, "Prune flags", fs)
 
 	fs = newFlagSet()
 	fs.StringVar(&p.liveness, "liveness", string(liveness.ModeAPI), "what says a sandbox is dead: api (its pod is not on the node), cri (the container runtime does not know it; no API server access), or both (both must agree)")
-	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
-	positiveDurationVar(fs, &c.CRITimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
-	fs.StringVar(&c.SelfPodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods must hold it, and the runtime must list READY for it the sandbox this process runs in; empty on a bare node; default $POD_UID")
-	fs.StringVar(&c.ExpectRuntime, "expect-runtime", "", "the kubelet's container runtime, NAME or NAME://VERSION as the CONTAINER-RUNTIME column of kubectl get nodes -o wide reads (containerd, cri-o://1.34.1): the runtime at --cri-endpoint must answer so; a check against mistakes, no proof (on a bare node the proof is a running kubelet whose runtime endpoint is --cri-endpoint's socket)")
+	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", cri.DefaultEndpoint, "the container runtime's CRI socket, for --liveness=cri or both")
+	positiveDurationVar(fs, &l.CRITimeout, "cri-timeout", cri.DefaultTimeout, "how long to wait for the container runtime's list of sandboxes before giving up without deleting anything")
+	fs.StringVar(&l.SelfPodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the pod sweepd runs in (the downward API's metadata.uid); when set, the view of the node's pods must hold it, and the runtime must list READY for it the sandbox this process runs in; empty on a bare node; default $POD_UID")
+	fs.StringVar(&l.ExpectRuntime, "expect-runtime", "", "the kubelet's container runtime, NAME or NAME://VERSION as the CONTAINER-RUNTIME column of kubectl get nodes -o wide reads (containerd, cri-o://1.34.1): the runtime at --cri-endpoint must answer so; a check against mistakes, no proof (on a bare node the proof is a running kubelet whose runtime endpoint is --cri-endpoint's socket)")
 	addFlagGroup(cmd, "Liveness flags", fs)
 
 	fs = newFlagSet()
@@ -113,15 +130,14 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 // on other flags.
 func (p *pruneFlags) config(e *env) daemon.Config {
 	c := p.cfg
-	c.Liveness = liveness.Mode(p.liveness)
-	c.RESTConfig = p.kube.restConfig
+	c.Liveness.Mode = liveness.Mode(p.liveness)
+	c.Liveness.RESTConfig = p.kube.restConfig
 	if !p.fs.Changed("reboot-aware") {
 		// On by default only where there is somewhere to keep the record.
 		c.RebootAware = c.StateDir != ""
 	}
 	if p.cniDel {
-		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout,
-			Parallel: max(c.Prune.ReleaseConcurrency, 1)}
+		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout}
 	}
 	return c
 }
@@ -206,8 +222,8 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 			return flagError(err, daemonFlags())
 		}
 		log := e.log
-		if cfg.NodeName != "" {
-			log = log.With("node", cfg.NodeName)
+		if node := cfg.Liveness.NodeName; node != "" {
+			log = log.With("node", node)
 		}
 		out := newPrinter(e.stdout, format, cfg.Prune.Dir, cfg.Prune.DryRun, time.Now)
 		out.limit = limit

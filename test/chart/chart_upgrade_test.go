@@ -45,19 +45,29 @@ func TestChartUpgradeReuseValues(t *testing.T) {
 	}
 	// Values an operator sets: the ones the docs' first rollout and the
 	// chart's operator pages name.
-	set := []string{"--set", "daemon.dryRun=true", "--set", "daemon.schedule=@every 30m", "--set", "metrics.serviceMonitor.enabled=false"}
+	set := []string{"--set", "daemon.dryRun=true", "--set", "daemon.schedule=@every 30m", "--set", "metrics.serviceMonitor.enabled=false",
+		// Removed since: ignored, and said so, for kubeletRuntimeRequestTimeout.
+		"--set", "daemon.deletedPodMinAge=7m"}
 	helm(append([]string{"install", chartrender.Release, filepath.Join(prev, "charts", "sweep"), "--create-namespace"}, set...)...)
-	helm("upgrade", chartrender.Release, chartrender.Dir, "--reuse-values")
+	out := helm("upgrade", chartrender.Release, chartrender.Dir, "--reuse-values")
+	if !strings.Contains(out, "daemon.deletedPodMinAge (7m) is no longer used") {
+		t.Errorf("the upgrade's notes do not say that the removed value set is ignored:\n%s", out)
+	}
 
 	ds, err := cp.Clientset(t).AppsV1().DaemonSets(chartrender.Namespace).Get(t.Context(), chartrender.Release+"-sweep", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, want := range []string{"--dry-run=true", "--schedule=@every 30m"} {
+	// A value the previous chart did not have takes its default: the
+	// reused values are the previous chart's.
+	for _, want := range []string{"--dry-run=true", "--schedule=@every 30m", "--kubelet-runtime-request-timeout=2m"} {
 		if !strings.Contains(args, want) {
-			t.Errorf("after the upgrade the daemon's args are %s, want %s kept from the install", args, want)
+			t.Errorf("after the upgrade the daemon's args are %s, want %s", args, want)
 		}
+	}
+	if strings.Contains(args, "--deleted-pod-min-age") {
+		t.Errorf("after the upgrade the daemon's args are %s: a removed flag", args)
 	}
 	if ds.Labels["helm.sh/chart"] == "" || !strings.Contains(helm("history", chartrender.Release), "deployed") {
 		t.Errorf("the upgraded release is not deployed:\n%s", helm("history", chartrender.Release))

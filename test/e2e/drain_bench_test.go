@@ -147,7 +147,7 @@ func drain(ctx context.Context, b *testing.B, binDir, multusDir string, perSecon
 // daemon's wait for pods bound to the node (--cni-del-yield).
 func drainGated(ctx context.Context, b *testing.B, binDir, multusDir string, perSecond float64, concurrency int, gate prune.Gate) (*prune.Summary, error) {
 	b.Helper()
-	rel, err := cnidel.New(cnidel.Options{BinDirs: []string{binDir}, Parallel: concurrency})
+	rel, err := cnidel.New(cnidel.Options{BinDirs: []string{binDir}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package liveness
+package deleted
 
 import (
 	"errors"
@@ -16,11 +16,11 @@ import (
 	"github.com/sweep-k8s/sweep/prune"
 )
 
-// TestConfirmDeletedAll: a deleted pod is confirmed gone only by the API
+// TestConfirm: a deleted pod is confirmed gone only by the API
 // server, by UID: absent, or another pod under its name (replaced); one it
 // still has with that UID is alive. The same verdicts by a GET each and,
 // for more than confirmListAbove pods, by one list.
-func TestConfirmDeletedAll(t *testing.T) {
+func TestConfirm(t *testing.T) {
 	meta := func(name, uid string) runtime.Object {
 		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
@@ -30,23 +30,22 @@ func TestConfirmDeletedAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := metadatafake.NewSimpleMetadataClient(scheme, meta("alive", "uid-alive"), meta("again", "uid-again-2"))
-	v := &Views{cfg: Config{NodeName: "node-a"}, client: client}
 	refs := []prune.PodRef{{Namespace: "ns", Name: "alive", UID: "uid-alive"}, {Namespace: "ns", Name: "again", UID: "uid-again-1"},
 		{Namespace: "ns", Name: "gone", UID: "uid-gone"}}
-	want := map[string]Deletion{"uid-alive": DeletionAlive, "uid-again-1": DeletionReplaced, "uid-gone": DeletionGone}
+	want := map[string]Verdict{"uid-alive": Alive, "uid-again-1": Replaced, "uid-gone": Gone}
 	for _, n := range []int{0, confirmListAbove} {
 		t.Run(fmt.Sprintf("%d more gone", n), func(t *testing.T) {
 			all := append([]prune.PodRef{}, refs...)
-			w := map[string]Deletion{}
+			w := map[string]Verdict{}
 			for k, d := range want {
 				w[k] = d
 			}
 			for i := range n {
 				uid := fmt.Sprint("uid-more-", i)
 				all = append(all, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("more-", i), UID: uid})
-				w[uid] = DeletionGone
+				w[uid] = Gone
 			}
-			got, err := v.ConfirmDeletedAll(t.Context(), all)
+			got, err := confirm(t.Context(), client, "node-a", all)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,9 +58,9 @@ func TestConfirmDeletedAll(t *testing.T) {
 	}
 }
 
-// TestConfirmDeletedForbidden: a 403 where the GET or the list of pods was
+// TestConfirmForbidden: a 403 where the GET or the list of pods was
 // expected is no verdict: an error, and no pod confirmed gone.
-func TestConfirmDeletedForbidden(t *testing.T) {
+func TestConfirmForbidden(t *testing.T) {
 	scheme := metadatafake.NewTestScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -70,13 +69,12 @@ func TestConfirmDeletedForbidden(t *testing.T) {
 	client.PrependReactor("*", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no rights"))
 	})
-	v := &Views{cfg: Config{NodeName: "node-a"}, client: client}
 	for _, n := range []int{1, confirmListAbove + 1} {
 		var refs []prune.PodRef
 		for i := range n {
 			refs = append(refs, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("p-", i), UID: fmt.Sprint("uid-", i)})
 		}
-		got, err := v.ConfirmDeletedAll(t.Context(), refs)
+		got, err := confirm(t.Context(), client, "node-a", refs)
 		if !apierrors.IsForbidden(err) || len(got) != 0 {
 			t.Errorf("%d pods: verdicts %v, err %v; want none and the 403", n, got, err)
 		}
