@@ -175,8 +175,8 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(cfg.Prune.Dir, views.Pods(), views.Runtime() != nil, metricsConfig{
 		dryRun: cfg.Prune.DryRun, cniDel: d.deps.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness.Mode,
-		hostLocal:    len(cfg.Prune.HostLocalDirs) > 0,
-		runtimeCache: cfg.Prune.RuntimeDir != "",
+		hostLocal: len(cfg.Prune.HostLocalDirs) > 0,
+		caches:    cfg.Prune.Caches(),
 	})
 	if d.deleted != nil {
 		d.metrics.registry.MustRegister(d.deleted.Collectors()...)

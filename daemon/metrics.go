@@ -92,18 +92,9 @@ type metricsConfig struct {
 	liveness                    liveness.Mode
 	// hostLocal: host-local reservations are released, and counted.
 	hostLocal bool
-	// runtimeCache: the runtime's own cache is pruned too, and has series
-	// of its own (cache="runtime").
-	runtimeCache bool
-}
-
-// phases returns the phases of a cache's files: the runtime's cache has
-// results files only.
-func phases(c prune.CacheName) []prune.Phase {
-	if c == prune.CacheRuntime {
-		return []prune.Phase{prune.PhaseResults}
-	}
-	return []prune.Phase{prune.PhaseResults, prune.PhaseScratch}
+	// caches are the caches the runs prune, each with series of its own
+	// (prune.Config.Caches); default multus's alone.
+	caches []prune.CacheName
 }
 
 // newMetrics makes the daemon's metrics; view is nil with cri liveness, and
@@ -211,10 +202,10 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			Name: "sweep_cache_disk_bytes",
 			Help: "Disk space (allocated blocks) of the results and scratch files in the cache directories after the last prune run, by cache (multus, runtime).",
 		}, []string{"cache"}),
-		caches: []prune.CacheName{prune.CacheMultus},
+		caches: cfg.caches,
 	}
-	if cfg.runtimeCache {
-		m.caches = append(m.caches, prune.CacheRuntime)
+	if len(m.caches) == 0 {
+		m.caches = []prune.CacheName{prune.CacheMultus}
 	}
 	if view != nil {
 		m.pods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -263,7 +254,7 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		m.skipped.WithLabelValues(r)
 	}
 	for _, c := range m.caches {
-		for _, p := range phases(c) {
+		for _, p := range c.Phases() {
 			m.removed.WithLabelValues(string(c), string(p))
 			m.cacheFiles.WithLabelValues(string(c), string(p))
 		}
@@ -312,7 +303,7 @@ func (m *metrics) count(sum *prune.Summary) {
 		return
 	}
 	for _, c := range cachesOf(sum) {
-		for _, p := range phases(c.Name) {
+		for _, p := range c.Name.Phases() {
 			m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
 		}
 		for _, r := range prune.RemovedReasons() {
@@ -351,7 +342,7 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 		for _, r := range prune.RemovedReasons() {
 			m.stale.WithLabelValues(name, string(r)).Set(float64(c.RemovedBy[r]))
 		}
-		for _, p := range phases(c.Name) {
+		for _, p := range c.Name.Phases() {
 			m.cacheFiles.WithLabelValues(name, string(p)).Set(float64(c.Remaining(p, sum.DryRun)))
 		}
 		m.cacheBytes.WithLabelValues(name).Set(float64(c.DiskBytes))

@@ -197,11 +197,11 @@ func TestMetricsPerCache(t *testing.T) {
 			Vanished: map[prune.Phase]int{}}, DiskBytes: bytes}
 	}
 	for _, tc := range []struct {
-		name         string
-		runtimeCache bool
-		caches       []*prune.CacheSummary
-		want         map[string]float64
-		absent       []string
+		name       string
+		configured []prune.CacheName
+		caches     []*prune.CacheSummary
+		want       map[string]float64
+		absent     []string
 	}{
 		{
 			name: "multus only", caches: []*prune.CacheSummary{cache(prune.CacheMultus, 10, 3, 28672)},
@@ -212,7 +212,7 @@ func TestMetricsPerCache(t *testing.T) {
 			absent: []string{`sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`, `sweep_cache_disk_bytes{cache="runtime"}`},
 		},
 		{
-			name: "both caches", runtimeCache: true,
+			name: "both caches", configured: []prune.CacheName{prune.CacheMultus, prune.CacheRuntime},
 			caches: []*prune.CacheSummary{cache(prune.CacheMultus, 10, 3, 28672), cache(prune.CacheRuntime, 5, 4, 4096)},
 			want: map[string]float64{
 				`sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3, `sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`: 4,
@@ -225,7 +225,7 @@ func TestMetricsPerCache(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMetrics(t.TempDir(), nil, false, metricsConfig{runtimeCache: tc.runtimeCache})
+			m := newMetrics(t.TempDir(), nil, false, metricsConfig{caches: tc.configured})
 			sum := &prune.Summary{FileCounts: prune.FileCounts{Scanned: map[prune.Phase]int{}, Removed: map[prune.Phase]int{},
 				RemovedBy: map[prune.Reason]int{}, Kept: map[prune.Reason]int{}}, Caches: tc.caches}
 			m.observe(sum, nil)
@@ -251,7 +251,7 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeBoth, cniDel: true, rebootAware: true, runtimeCache: true,
+	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeBoth, cniDel: true, rebootAware: true, caches: []prune.CacheName{prune.CacheMultus, prune.CacheRuntime},
 		hostLocal: true})
 	m.observe(withReservations(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), 1), nil)
 	cmd := exec.Command(promtool, "check", "metrics")

@@ -103,6 +103,25 @@ const (
 	CacheRuntime CacheName = "runtime"
 )
 
+// Phases returns the phases of a cache's files: the runtime's cache has
+// results files only, multus's scratch files beside.
+func (n CacheName) Phases() []Phase {
+	if n == CacheRuntime {
+		return []Phase{PhaseResults}
+	}
+	return []Phase{PhaseResults, PhaseScratch}
+}
+
+// Caches returns the caches a run with c prunes, in order: the metrics make
+// each one's series ahead of any run.
+func (c Config) Caches() []CacheName {
+	var names []CacheName
+	for _, cc := range c.caches() {
+		names = append(names, cc.name)
+	}
+	return names
+}
+
 // cache is one directory of a run, with the rules of its layout.
 type cache struct {
 	name CacheName
