@@ -140,13 +140,17 @@ func createPods(b *testing.B, cs kubernetes.Interface, n int) []multuscache.Pod 
 }
 
 // vmHWM is a process's peak resident set size, in bytes.
-func vmHWM(b *testing.B, pid int) float64 {
+func vmHWM(b *testing.B, pid int) float64 { return procStatus(b, pid, "VmHWM:") }
+
+// procStatus reads a size in bytes from a line of /proc/PID/status, by its
+// key ("VmHWM:", "RssAnon:").
+func procStatus(b *testing.B, pid int, key string) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			if err != nil {
 				b.Fatal(err)
@@ -154,6 +158,6 @@ func vmHWM(b *testing.B, pid int) float64 {
 			return kb * 1024
 		}
 	}
-	b.Fatal("no VmHWM")
+	b.Fatalf("no %s in /proc/%d/status", key, pid)
 	return 0
 }
