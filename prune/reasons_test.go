@@ -24,6 +24,7 @@ func TestReasonSets(t *testing.T) {
 	sets := map[string][]prune.Reason{
 		"RemovedReasons": prune.RemovedReasons(), "KeptReasons": prune.KeptReasons(),
 		"ReservationReleasedReasons": prune.ReservationReleasedReasons(), "ReservationKeptReasons": prune.ReservationKeptReasons(),
+		"RetryReasons": prune.RetryReasons(),
 	}
 	for name, set := range sets {
 		sorted := slices.Clone(set)
