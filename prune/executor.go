@@ -187,6 +187,10 @@ type executor struct {
 	// that the targeted pods' results files name: the only ones whose
 	// scratch files and reservations the run may remove.
 	targeted map[SandboxID]struct{}
+	// siblings are the verdicts of the results phase of the cache being
+	// pruned that decide a file unread (worker.sibling); nil where none
+	// may.
+	siblings *siblingVerdicts
 }
 
 // maxRemovalLogs is how many removals a run logs at info level, each with
@@ -388,6 +392,14 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 	var names []string
 	if t := e.opts.Targets; t != nil {
 		names = append([]string{}, t.Results[c.name]...) // not nil: none is none
+	}
+	// Siblings decided unread only where a file's content does nothing but
+	// name its pod: a DEL replays the content, a targeted run keeps
+	// another pod's file by its content (not-target), and the runtime's
+	// cache keeps a file that names no pod UID.
+	e.siblings = nil
+	if e.opts.Release == nil && e.opts.Targets == nil && !c.requirePodUID {
+		e.siblings = newSiblingVerdicts()
 	}
 	err := e.phase(ctx, c, dir, PhaseResults, sum, names, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.results(fd, name, typ, nil)
