@@ -11,19 +11,21 @@ import (
 )
 
 // maxSiblingVerdicts bounds the sandboxes whose verdict a run remembers for
-// their other results files (siblings): about 3 MiB at most, whatever the
-// size of the cache. libcni writes a sandbox's files one after the other, so
-// in a directory read in creation order (tmpfs) a sibling comes within a few
-// entries; in a hashed directory (ext4) it may come anywhere, and a sibling
-// whose verdict was forgotten is read, as any file.
-const maxSiblingVerdicts = 16384
+// their other results files (siblings): a few hundred KiB, whatever the
+// size of the cache. libcni writes a sandbox's files one after the other,
+// so in a directory read in creation order (tmpfs) a sibling comes within a
+// few entries; in a hashed directory (ext4, XFS) it may come anywhere, and
+// a sibling whose verdict was forgotten is read, as any file. Remembering
+// every sandbox of a 1M-file cache would take tens of MiB.
+const maxSiblingVerdicts = 4096
 
 // siblingVerdict is what a results file that was read, parsed and removed
 // (or, in a dry run, would be) says of its sandbox: its pod is gone, for
-// reason, and which pod it was, for what its siblings report.
+// reason, and which pod it was, for what its siblings report (nil when no
+// one would see it: no OnFile, no debug log, past the removals logged).
 type siblingVerdict struct {
 	reason Reason
-	pod    PodRef
+	pod    *PodRef
 }
 
 // siblingVerdicts remembers, per sandbox, the verdict of a results file
@@ -108,8 +110,10 @@ func (w *worker) sibling(dirfd int, name string, id SandboxID, v siblingVerdict)
 	if d.Reason != ReasonNotRegular {
 		w.left(st, d)
 	}
-	// The sibling's pod, by libcni's naming; see Planner.Carriable.
-	f.Pod = v.pod
+	if v.pod != nil {
+		// The sibling's pod, by libcni's naming; see Planner.Carriable.
+		f.Pod = *v.pod
+	}
 	w.record(f, d)
 	return true
 }
@@ -122,6 +126,9 @@ func (w *worker) carryFrom(re *ResultsEntry, d Decision) {
 		return
 	}
 	id, _ := cachefile.SandboxIDFromResultsName(re.Name) // Carriable checked it
-	w.siblings.put(id, siblingVerdict{reason: d.Reason,
-		pod: PodRef{Namespace: re.Cache.PodNamespace, Name: re.Cache.PodName, UID: re.Cache.PodUID}})
+	v := siblingVerdict{reason: d.Reason}
+	if e := w.e; e.opts.OnFile != nil || e.debug || e.removals.Load() < maxRemovalLogs {
+		v.pod = &PodRef{Namespace: re.Cache.PodNamespace, Name: re.Cache.PodName, UID: re.Cache.PodUID}
+	}
+	w.siblings.put(id, v)
 }

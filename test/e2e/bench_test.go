@@ -160,6 +160,7 @@ func benchPruneVsFind(b *testing.B, sandboxes int) {
 			if j == 0 {
 				took, _ := timed(exec.Command("find", dirs[0], "-type", "f", "-delete"))
 				findTotal += took
+				b.Logf("iteration %d: find -delete %.3fs", i, took.Seconds())
 				continue
 			}
 			bin := bins[j-1]
