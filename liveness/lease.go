@@ -2,8 +2,10 @@ package liveness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -35,7 +37,22 @@ const (
 	// anyone still asks: it reads the Lease only while the daemon proves
 	// or prunes, not between its runs.
 	leaseIdleCheck = time.Second
+	// leaseStampSlack covers the one-second resolution of both the
+	// renewal's stamp (managedFields time) and the Date header, and the
+	// time the renewal's request took: the age a read measures is within
+	// a second of the true one, either way.
+	leaseStampSlack = time.Second
 )
+
+// leaseFreshAge is the oldest a renewal, by the API server's own clock, may
+// be for one read to prove the kubelet alive: its renew interval (a quarter
+// of the Lease's duration, kubelet's nodeLeaseRenewIntervalFraction) with
+// its 4% jitter, and a second for the renewal's request and one for the
+// stamps' resolution. A live kubelet's Lease never looks older than that; a
+// kubelet that missed a renewal is proven the slow way, by a renewal seen.
+func leaseFreshAge(duration time.Duration) time.Duration {
+	return duration/4 + duration/100 + 2*leaseStampSlack
+}
 
 // leaseWitness proves that the Node's kubelet is alive now: its node Lease
 // in kube-node-lease is seen to renew while sweepd watches. A Node record
@@ -45,7 +62,10 @@ const (
 // renewal is a change of spec.renewTime between two reads of sweepd's no
 // more than the Lease's duration apart (a change across a longer gap may
 // be a renewal long past), and it counts for the Lease's duration of
-// sweepd's own monotonic clock.
+// sweepd's own monotonic clock. One read proves as much when the API
+// server's own clock says the last renewal is no older than a live
+// kubelet's can be (renewalAge): a one-shot prune then need not wait for
+// the next one.
 //
 // It reads the Lease with GET, which the Node authorizer grants a kubelet's
 // credentials for its own Lease (list and watch it does not), and only
@@ -56,6 +76,7 @@ type leaseWitness struct {
 	leases  dynamic.ResourceInterface
 	timeout time.Duration // how long Prove waits for a renewal
 	now     func() time.Time
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	baseline time.Time     // first of the current reads no more than a duration apart; renewals are awaited for a duration from then
@@ -65,11 +86,14 @@ type leaseWitness struct {
 	duration time.Duration // spec.leaseDurationSeconds as last read
 	lastErr  error         // of the last read, or what the Lease said
 	asked    time.Time     // of the last Prove or Holds
+	// stale says why the last read did not prove the kubelet alive by the
+	// age of its renewal; "" when it did.
+	stale string
 }
 
 func newLeaseWitness(client dynamic.Interface, node string, timeout time.Duration) *leaseWitness {
 	return &leaseWitness{node: node, leases: client.Resource(leasesResource).Namespace(NodeLeaseNamespace),
-		timeout: timeout, now: bootClock, duration: leaseDefaultDuration}
+		timeout: timeout, now: bootClock, duration: leaseDefaultDuration, log: slog.New(slog.DiscardHandler)}
 }
 
 // bootClock reads CLOCK_BOOTTIME as a time: a renewal seen before a suspend
@@ -98,13 +122,18 @@ func (w *leaseWitness) Name() string { return "node-lease" }
 func (w *leaseWitness) Prove(ctx context.Context, _ Evidence) error {
 	deadline := time.NewTimer(w.timeout)
 	defer deadline.Stop()
-	for {
+	for said := false; ; {
 		if w.Holds() {
 			return nil
 		}
 		w.read(ctx)
 		if w.Holds() {
 			return nil
+		}
+		if why := w.staleReason(); why != "" && !said {
+			// Say why a one-shot prune waits, once.
+			said = true
+			w.log.InfoContext(ctx, "waiting for the kubelet to renew its Lease", "lease", NodeLeaseNamespace+"/"+w.node, "why", why)
 		}
 		if w.waitedLongEnough() {
 			return w.failure()
@@ -179,20 +208,32 @@ func (e errForeignLease) Error() string {
 	return fmt.Sprintf("the Lease is held by %q, not the kubelet of %q", e.holder, e.node)
 }
 
+// staleReason says why the last read did not prove the kubelet alive by
+// its renewal's age, "" when it did or nothing was read.
+func (w *leaseWitness) staleReason() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stale
+}
+
 // read reads the Lease once and notes a renewal.
 func (w *leaseWitness) read(ctx context.Context) {
-	obj, err := w.leases.Get(ctx, w.node, metav1.GetOptions{})
+	var date serverDate
+	sent := w.now()
+	obj, err := w.leases.Get(withServerDate(ctx, &date), w.node, metav1.GetOptions{})
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
 		w.lastErr = err
 		return
 	}
-	w.observe(obj, w.now())
+	w.observe(obj, w.now(), sent, date.time())
 }
 
-// observe notes what a read of the Lease at `at` showed; w.mu is held.
-func (w *leaseWitness) observe(obj *unstructured.Unstructured, at time.Time) {
+// observe notes what a read of the Lease at `at`, sent at `sent`, showed;
+// serverNow is the API server's clock as it answered (zero: unknown). w.mu
+// is held.
+func (w *leaseWitness) observe(obj *unstructured.Unstructured, at, sent, serverNow time.Time) {
 	holder, _, _ := unstructured.NestedString(obj.Object, "spec", "holderIdentity")
 	renew, _, _ := unstructured.NestedString(obj.Object, "spec", "renewTime")
 	if holder != w.node {
@@ -200,6 +241,7 @@ func (w *leaseWitness) observe(obj *unstructured.Unstructured, at time.Time) {
 		// duration is no window of the kubelet's.
 		w.lastErr = errForeignLease{holder: holder, node: w.node}
 		w.renew, w.seenAt, w.baseline, w.lastRead = "", time.Time{}, time.Time{}, time.Time{}
+		w.stale = ""
 		return
 	}
 	if secs, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "leaseDurationSeconds"); ok && secs > 0 {
@@ -213,6 +255,74 @@ func (w *leaseWitness) observe(obj *unstructured.Unstructured, at time.Time) {
 		w.seenAt = at
 	}
 	w.renew, w.lastRead = renew, at
+	w.stale = ""
+	if age, why := w.renewalAge(obj, serverNow); why != "" {
+		w.stale = why
+	} else if seen := sent.Add(-max(age, 0) - leaseStampSlack); seen.After(w.seenAt) {
+		// The API server wrote its Date after the request was sent, and
+		// the true age is less than a second above the one measured: the
+		// renewal came after this instant of sweepd's clock, and counts
+		// for the Lease's duration from it, as a renewal seen does.
+		w.seenAt = seen
+	}
+}
+
+// renewalAge measures how long ago the kubelet last renewed the Lease by
+// the API server's clock alone: serverNow, the Date of the response, less
+// the time the API server stamped on the managedFields entry that owns
+// spec.renewTime when it last changed it. No clock of this node's is read,
+// nor is the kubelet's renewTime compared with any. why is non-empty when
+// the age proves nothing: unknown, or older than a live kubelet's can be
+// (leaseFreshAge).
+func (w *leaseWitness) renewalAge(obj *unstructured.Unstructured, serverNow time.Time) (age time.Duration, why string) {
+	if serverNow.IsZero() {
+		return 0, "the API server's answer has no Date to measure the last renewal's age by"
+	}
+	stamp, ok := renewStamp(obj)
+	if !ok {
+		return 0, "no managedFields entry of the Lease owns spec.renewTime with a time"
+	}
+	age = serverNow.Sub(stamp)
+	switch fresh := leaseFreshAge(w.duration); {
+	case age < -leaseStampSlack:
+		// Stamped in the future of the API server that answered: API
+		// servers whose clocks disagree, or a stamp written by a client.
+		return 0, fmt.Sprintf("the last renewal is stamped %s after the API server's Date", (-age).Round(time.Second))
+	case age > fresh:
+		return age, fmt.Sprintf("the last renewal is %s old by the API server's clock, more than the %s a live kubelet's can be "+
+			"(a quarter of the Lease's %s, its jitter, and %s): the kubelet missed a renewal, or is gone", age.Round(time.Second), fresh,
+			w.duration, 2*leaseStampSlack)
+	}
+	return age, ""
+}
+
+// renewStamp returns the time of the managedFields entry (or the oldest of
+// several) that owns spec.renewTime: when the API server last saw its
+// manager change a field, and its update changes renewTime every time.
+func renewStamp(obj *unstructured.Unstructured) (time.Time, bool) {
+	var stamp time.Time
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Time == nil || mf.FieldsV1 == nil || !ownsRenewTime(mf.FieldsV1.GetRawBytes()) {
+			continue
+		}
+		if stamp.IsZero() || mf.Time.Before(&metav1.Time{Time: stamp}) {
+			stamp = mf.Time.Time
+		}
+	}
+	return stamp, !stamp.IsZero()
+}
+
+// ownsRenewTime reports whether a managedFields entry's fieldsV1 holds
+// spec.renewTime.
+func ownsRenewTime(fields []byte) bool {
+	var set struct {
+		Spec map[string]json.RawMessage `json:"f:spec"`
+	}
+	if json.Unmarshal(fields, &set) != nil {
+		return false
+	}
+	_, ok := set.Spec["f:renewTime"]
+	return ok
 }
 
 // Holds implements Witness: a renewal was seen within the Lease's duration.

@@ -204,7 +204,10 @@ func (v *Views) buildPods() error {
 			}
 		}
 		if v.dynamic == nil {
-			if v.dynamic, err = dynamic.NewForConfig(rc); err != nil {
+			// The Lease witness reads the API server's Date of its GETs.
+			dc := rest.CopyConfig(rc)
+			dc.Wrap(recordServerDate)
+			if v.dynamic, err = dynamic.NewForConfig(dc); err != nil {
 				return fmt.Errorf("dynamic client: %w", err)
 			}
 		}
@@ -226,6 +229,7 @@ func (v *Views) buildPods() error {
 		v.podSource = listSource{client: v.client, node: c.NodeName, timeout: c.SyncTimeout, log: v.log}
 	}
 	v.lease = newLeaseWitness(v.dynamic, c.NodeName, c.SyncTimeout)
+	v.lease.log = v.log
 	v.podWitnesses = []Witness{boot, v.lease}
 	if c.SelfPodUID != "" {
 		v.podWitnesses = append(v.podWitnesses, &selfPodWitness{uid: c.SelfPodUID, node: c.NodeName})

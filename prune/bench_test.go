@@ -63,6 +63,8 @@ func BenchmarkRun(b *testing.B) {
 			if err != nil || sum.Removed[prune.PhaseResults] != 2*(10000-110) {
 				b.Fatalf("%+v %v", sum, err)
 			}
+			b.ReportMetric(float64(prune.Opened(sum)), "opened/op")
+			b.ReportMetric(float64(prune.Carried(sum)), "unread/op")
 		})
 	})
 	b.Run("find-delete", func(b *testing.B) {

@@ -15,7 +15,9 @@
 //   - planner.go: the rules, one entry at a time; reasons.go: every reason
 //     a file is removed or kept, in closed sets;
 //   - executor.go: a run: its caches, phases and workers, and when it stops;
-//     scan.go: reading one entry; remove.go: the re-check and the unlink;
+//     scan.go: reading one entry; siblings.go: a results file decided by
+//     its sandbox's other file, unread; remove.go: the re-check and the
+//     unlink;
 //     release.go and pace.go: the CNI DEL before a removal, its budget and
 //     pace;
 //   - reservations.go: host-local's reservations, after a complete prune;

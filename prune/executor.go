@@ -208,6 +208,10 @@ type executor struct {
 	// cache, and outcomes what became of each pod (under onFile).
 	found    map[CacheName][]string
 	outcomes *TargetedCounts
+	// siblings are the verdicts of the results phase of the cache being
+	// pruned that decide a file unread (worker.sibling); nil where none
+	// may.
+	siblings *siblingVerdicts
 }
 
 // noteTarget adds a results file's outcome to its pod's, in a targeted run.
@@ -425,6 +429,14 @@ func (e *executor) results(ctx context.Context, c cache, dir *os.File, sum *Summ
 	var names []string
 	if e.opts.Targets != nil {
 		names = append([]string{}, e.found[c.name]...) // not nil: none is none
+	}
+	// Siblings decided unread only where a file's content does nothing but
+	// name its pod: a DEL replays the content, a targeted run keeps
+	// another pod's file by its content (not-target), and the runtime's
+	// cache keeps a file that names no pod UID.
+	e.siblings = nil
+	if e.opts.Release == nil && e.opts.Targets == nil && !c.requirePodUID {
+		e.siblings = newSiblingVerdicts()
 	}
 	err := e.phase(ctx, c, dir, PhaseResults, sum, names, func(w *worker, fd int, name string, typ os.FileMode) {
 		w.results(fd, name, typ, nil)

@@ -9,3 +9,8 @@ func WithClockSkew(o Options, skew func() time.Duration) Options {
 	o.clockSkew = skew
 	return o
 }
+
+// Opened returns how many results files the run s opened, and Carried how
+// many it decided by a sibling's verdict without opening them.
+func Opened(s *Summary) int  { return s.opened }
+func Carried(s *Summary) int { return s.carried }

@@ -338,6 +338,47 @@ func (p Planner) Witnessed(e Entry, newer bool) Decision {
 	return remove(ReasonEarlierBoot)
 }
 
+// Carriable reports whether the decision d of the results file e, which
+// was read and parsed, may decide the other results files of its sandbox
+// (its siblings) without their being opened. libcni names a results file
+// `<network>-<sandbox>-<ifname>` and writes the sandbox into it as
+// containerId, and a sandbox is one pod's for its life: the siblings of a
+// file are the same pod's. Only a removal whose reason is the pod's or the
+// sandbox's fate is carried (pod-gone, sandbox-gone; never a keep, which
+// reads every live pod's file), and only from a file that fully names one
+// identity: it parsed, names a pod UID, and its containerId is the sandbox
+// its name carries. A static pod's name is judged with the file's own
+// mtime (maybeStatic), so a pod whose name ends in the node's is not
+// carried; nor is anything where a file without a UID must be kept
+// (RequirePodUID). The sibling's own times are judged still (Sibling).
+// See docs/design/prune-safety.md.
+func (p Planner) Carriable(e ResultsEntry, d Decision) bool {
+	switch {
+	case !d.Remove || d.Reason != ReasonPodGone && d.Reason != ReasonSandboxGone:
+		return false
+	case e.ParseReason != "" || e.Cache.PodUID == "" || p.RequirePodUID:
+		return false
+	case p.Index != nil && p.NodeName != "" && hasNodeSuffix(e.Cache.PodName, p.NodeName):
+		return false
+	}
+	byName, ok := cachefile.SandboxIDFromResultsName(e.Name)
+	if !ok {
+		return false
+	}
+	byContent, ok := cachefile.ParseSandboxID(e.Cache.ContainerID)
+	return ok && byContent == byName
+}
+
+// Sibling decides a results file, not read, whose sandbox a sibling
+// decided to remove for gone (Carriable): by its own times, as any
+// removal, and else as its sibling.
+func (p Planner) Sibling(e Entry, gone Reason) Decision {
+	if r := p.young(e); r != "" {
+		return keep(r)
+	}
+	return remove(gone)
+}
+
 // StaticNameGrace is how long past the minimum age a file whose pod is gone
 // is kept as a possible static pod on the strength of its name alone.
 // Within it, a static pod whose manifest sets a UUID may not have its mirror

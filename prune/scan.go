@@ -40,6 +40,10 @@ type worker struct {
 	// targeted holds, in a targeted run, the sandboxes of the results
 	// files of targeted pods.
 	targeted map[SandboxID]struct{}
+	// siblings, when set, are the verdicts that decide a results file
+	// without reading it (Planner.Carriable); shared by the phase's
+	// workers.
+	siblings *siblingVerdicts
 }
 
 func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker {
@@ -50,6 +54,7 @@ func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker 
 		w.referenced = map[SandboxID]struct{}{}
 		w.current = map[string]struct{}{}
 		w.targeted = map[SandboxID]struct{}{}
+		w.siblings = e.siblings
 	} else {
 		w.scratchKept = map[SandboxID]struct{}{}
 	}
@@ -62,6 +67,13 @@ func (e *executor) newWorker(ctx context.Context, c cache, phase Phase) *worker 
 func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[string]struct{}) {
 	if newer == nil {
 		w.counts.scanned[PhaseResults]++
+		if w.siblings != nil && typ.IsRegular() {
+			if id, ok := cachefile.SandboxIDFromResultsName(name); ok {
+				if v, ok := w.siblings.get(id); ok && w.sibling(dirfd, name, id, v) {
+					return
+				}
+			}
+		}
 	}
 	w.raw = nil
 	re := ResultsEntry{Entry: Entry{Name: name}}
@@ -117,6 +129,9 @@ func (w *worker) results(dirfd int, name string, typ os.FileMode, newer map[stri
 		w.counts.vanished[PhaseResults]++
 		return
 	}
+	if newer == nil {
+		w.carryFrom(&re, d)
+	}
 	if !d.Remove {
 		ids, n := re.sandboxes()
 		for _, id := range ids[:n] {
@@ -152,6 +167,7 @@ func (w *worker) read(dirfd int, name string, typ os.FileMode, re *ResultsEntry)
 		return st, nofollow.ErrNotRegular
 	}
 	// O_NOATIME spares an inode write per file.
+	w.counts.opened++
 	fd, err := nofollow.OpenRegular(dirfd, name, unix.O_NOATIME, &st)
 	if err != nil {
 		return st, err

@@ -21,6 +21,9 @@ type counts struct {
 	cniDel    CNIDelCounts
 	// diskBytes is the disk space of the regular files left (File.left).
 	diskBytes int64
+	// opened counts the results files opened; carried, those decided by
+	// a sibling's verdict without being opened (worker.sibling).
+	opened, carried int
 }
 
 func newCounts() counts {
@@ -101,6 +104,9 @@ type Summary struct {
 	// kept holds the sandboxes named by the results files left after a run
 	// that read all of them; nil otherwise.
 	kept map[SandboxID]struct{}
+	// opened and carried are the workers' counts of the same names, for
+	// tests and profiles: what the run read, and what it decided unread.
+	opened, carried int
 }
 
 // CacheSummary is what one run did in one cache directory: Summary's
@@ -155,6 +161,8 @@ func (s *Summary) startCache(name CacheName, dir string) {
 // worked in, the last one started.
 func (s *Summary) add(c *counts) {
 	s.FileCounts.add(c)
+	s.opened += c.opened
+	s.carried += c.carried
 	if n := len(s.Caches); n > 0 {
 		cs := s.Caches[n-1]
 		cs.add(c)

@@ -65,6 +65,9 @@ func TestNodeViewMustBeThisMachine(t *testing.T) {
 		if err := controlplane.StopKubelet(cs, "node-c"); err != nil {
 			t.Fatal(err)
 		}
+		// Until then one read of the Lease proves a kubelet renewing it
+		// alive: it may be.
+		awaitLeaseOlder(t, cs, "node-c", controlplane.KubeletLeaseDuration)
 		staleDir := filepath.Join(t.TempDir(), "multus")
 		gone := sandboxFiles(t, staleDir, multuscache.NewSandboxID(), multuscache.Pod{Namespace: "default", Name: "gone", UID: multuscache.NewUID()}, old)
 		kept := append(sandboxFiles(t, staleDir, multuscache.NewSandboxID(), stale, old), gone...)

@@ -473,6 +473,9 @@ func TestSystemdEnvExamplesAreSafe(t *testing.T) {
 				if err := controlplane.StopKubelet(cs, "node-a"); err != nil {
 					t.Fatal(err)
 				}
+				// Until then one read of the Lease proves a kubelet
+				// renewing it alive: it may be.
+				awaitLeaseOlder(t, cs, "node-a", controlplane.KubeletLeaseDuration)
 				d := run(t, second.Endpoint)
 				series := `sweep_prune_skipped_runs_total{reason="node-unproven"}`
 				if cri {

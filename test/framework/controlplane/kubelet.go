@@ -61,11 +61,15 @@ type server struct {
 // fakeKubelet renews one node's Lease until cancel is called; done is closed
 // when it no longer does.
 type fakeKubelet struct {
-	cs     kubernetes.Interface
-	name   string
-	lease  *coordinationv1.Lease // the last written, for the next update
-	cancel context.CancelFunc
-	done   chan struct{}
+	cs    kubernetes.Interface
+	name  string
+	lease *coordinationv1.Lease // the last written, for the next update
+	// every is how often it renews the Lease, duration the Lease's
+	// duration: KubeletRenewInterval and KubeletLeaseDuration unless
+	// RestartKubelet set others.
+	every, duration time.Duration
+	cancel          context.CancelFunc
+	done            chan struct{}
 }
 
 // registerKubelets makes RegisterNode's kubelets possible on cp's API server,
@@ -123,6 +127,22 @@ func apiHost(cs kubernetes.Interface) (string, error) {
 // unless it runs already. It has created or renewed the Lease when it
 // returns.
 func startKubelet(ctx context.Context, cs kubernetes.Interface, name string) error {
+	return startKubeletEvery(ctx, cs, name, KubeletRenewInterval, KubeletLeaseDuration)
+}
+
+// RestartKubelet stops the fake kubelet of the Node name on the API server
+// of cs, if one runs, and starts it again renewing a Lease of duration
+// every `every`: a kubelet's defaults are a 40s Lease renewed every 10s,
+// which the fake kubelets' shorter figures spare most tests the wait for.
+// It has renewed the Lease when it returns.
+func RestartKubelet(ctx context.Context, cs kubernetes.Interface, name string, every, duration time.Duration) error {
+	if _, err := stopKubelet(cs, name); err != nil {
+		return err
+	}
+	return startKubeletEvery(ctx, cs, name, every, duration)
+}
+
+func startKubeletEvery(ctx context.Context, cs kubernetes.Interface, name string, every, duration time.Duration) error {
 	host, err := apiHost(cs)
 	if err != nil {
 		return err
@@ -137,7 +157,7 @@ func startKubelet(ctx context.Context, cs kubernetes.Interface, name string) err
 	if running {
 		return nil
 	}
-	k := &fakeKubelet{cs: s.cs, name: name, done: make(chan struct{})}
+	k := &fakeKubelet{cs: s.cs, name: name, every: every, duration: duration, done: make(chan struct{})}
 	if err := k.renew(ctx); err != nil {
 		return err
 	}
@@ -160,9 +180,19 @@ func startKubelet(ctx context.Context, cs kubernetes.Interface, name string) err
 // tests can check what sweepd makes of a Node whose kubelet is gone.
 // RegisterNode starts the kubelet again. It is an error when none runs.
 func StopKubelet(cs kubernetes.Interface, name string) error {
+	stopped, err := stopKubelet(cs, name)
+	if err == nil && !stopped {
+		host, _ := apiHost(cs)
+		return fmt.Errorf("no fake kubelet of node %s runs on %s", name, host)
+	}
+	return err
+}
+
+// stopKubelet is StopKubelet, which says whether one ran.
+func stopKubelet(cs kubernetes.Interface, name string) (bool, error) {
 	host, err := apiHost(cs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	servers.Lock()
 	var k *fakeKubelet
@@ -172,11 +202,11 @@ func StopKubelet(cs kubernetes.Interface, name string) error {
 	}
 	servers.Unlock()
 	if k == nil {
-		return fmt.Errorf("no fake kubelet of node %s runs on %s", name, host)
+		return false, nil
 	}
 	k.cancel()
 	<-k.done
-	return nil
+	return true, nil
 }
 
 // run renews the Lease every KubeletRenewInterval until ctx ends. A failed
@@ -185,7 +215,7 @@ func StopKubelet(cs kubernetes.Interface, name string) error {
 // again without the test registering the Node anew.
 func (k *fakeKubelet) run(ctx context.Context) {
 	defer close(k.done)
-	tick := time.NewTicker(KubeletRenewInterval)
+	tick := time.NewTicker(k.every)
 	defer tick.Stop()
 	for {
 		select {
@@ -245,7 +275,7 @@ func (k *fakeKubelet) create(ctx context.Context) (*coordinationv1.Lease, error)
 
 // spec sets l's spec as the kubelet of node k.name renewing it now.
 func (k *fakeKubelet) spec(l *coordinationv1.Lease) *coordinationv1.Lease {
-	holder, seconds := k.name, int32(KubeletLeaseDuration/time.Second)
+	holder, seconds := k.name, int32(k.duration/time.Second)
 	now := metav1.NewMicroTime(time.Now())
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &holder, &seconds, &now
 	return l
