@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -89,7 +87,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 	d.metrics.runs.Inc()
 	d.metrics.observe(sum, err)
 	d.afterRun(ctx, sum)
-	attrs := summaryAttrs(sum)
+	attrs := sum.LogAttrs()
 	switch {
 	case errors.Is(err, prune.ErrPaused):
 		d.holdUp()
@@ -204,73 +202,6 @@ func (d *Daemon) afterRun(ctx context.Context, sum *prune.Summary) {
 func releaseUntil(sched cron.Schedule, now time.Time) time.Time {
 	next := sched.Next(now)
 	return next.Add(-min(next.Sub(now)/10, time.Minute))
-}
-
-// summaryAttrs are the log attributes of a prune's summary. Counts by phase
-// or reason are groups keyed by the phase or reason (kept.pod-live=3), so
-// that every key is one of a fixed set; a dry run says would_remove where
-// a real run says removed.
-func summaryAttrs(sum *prune.Summary) []any {
-	removed := "removed"
-	if sum.DryRun {
-		removed = "would_remove"
-	}
-	attrs := []any{
-		"dry_run", sum.DryRun,
-		slog.Group("scanned", "results", sum.Scanned[prune.PhaseResults], "scratch", sum.Scanned[prune.PhaseScratch],
-			"other", sum.Scanned[prune.PhaseOther]),
-		slog.Group(removed, "results", sum.Removed[prune.PhaseResults], "scratch", sum.Removed[prune.PhaseScratch]),
-		reasonGroup(removed+"_by", sum.RemovedBy),
-		reasonGroup("kept", sum.Kept),
-		"vanished", sum.Vanished[prune.PhaseResults] + sum.Vanished[prune.PhaseScratch],
-		"errors", sum.Errors, "duration_seconds", sum.Duration.Seconds(),
-	}
-	if c := sum.CNIDel; c != nil && sum.DryRun {
-		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
-	} else if c != nil {
-		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
-	}
-	if r := sum.Reservations; r != nil {
-		released := "released"
-		if sum.DryRun {
-			released = "would_release"
-		}
-		attrs = append(attrs, slog.Group("host_local", "scanned", r.Scanned, released, r.Released,
-			reasonGroup("kept", r.Kept), "vanished", r.Vanished, "errors", r.Errors))
-	}
-	if !sum.AgesTrustedFrom.IsZero() {
-		attrs = append(attrs, "ages_trusted_from", sum.AgesTrustedFrom)
-	}
-	// The counts above are the run's; each cache but multus's, the first
-	// and usually the only one, adds its own.
-	for _, c := range sum.Caches {
-		if c.Name != prune.CacheMultus {
-			attrs = append(attrs, slog.Group(string(c.Name)+"_cache", "scanned", c.Scanned[prune.PhaseResults],
-				removed, c.Removed[prune.PhaseResults], "errors", c.Errors, "disk_bytes", c.DiskBytes))
-		}
-	}
-	return attrs
-}
-
-// reasonGroup is a group of the counts of m by reason, in order, so that log
-// lines are stable.
-func reasonGroup(name string, m map[prune.Reason]int) slog.Attr {
-	args := make([]any, 0, 2*len(m))
-	for _, r := range sortedReasons(m) {
-		args = append(args, string(r), m[r])
-	}
-	return slog.Group(name, args...)
-}
-
-// sortedReasons returns the keys of m in order, so that log lines are
-// stable.
-func sortedReasons(m map[prune.Reason]int) []prune.Reason {
-	rs := make([]prune.Reason, 0, len(m))
-	for r := range m {
-		rs = append(rs, r)
-	}
-	slices.Sort(rs)
-	return rs
 }
 
 // staleReason says why a run stopped for a view that went stale.

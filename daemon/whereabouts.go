@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -84,15 +85,27 @@ func (l *liveFiles) collect(next func(prune.File)) func(prune.File) {
 func (l liveFiles) whereabouts() map[string]int {
 	counts := map[string]int{}
 	buf := make([]byte, prune.DefaultMaxFileSize)
+	// The files come a cache at a time: each directory is opened once.
+	var dir *os.File
+	defer func() {
+		if dir != nil {
+			dir.Close()
+		}
+	}()
 	for _, f := range l {
 		path := filepath.Join(f.CacheDir, f.RelPath())
-		dir, err := nofollow.OpenDir(unix.AT_FDCWD, filepath.Dir(path))
-		if err != nil {
-			continue
+		if dir == nil || dir.Name() != filepath.Dir(path) {
+			if dir != nil {
+				dir.Close()
+			}
+			var err error
+			if dir, err = nofollow.OpenDir(unix.AT_FDCWD, filepath.Dir(path)); err != nil {
+				dir = nil
+				continue
+			}
 		}
 		var st unix.Stat_t
 		fd, err := nofollow.OpenRegular(int(dir.Fd()), filepath.Base(path), unix.O_NOATIME, &st)
-		dir.Close()
 		if err != nil {
 			continue
 		}

@@ -242,7 +242,7 @@ func (c *Checker) gather(ctx context.Context, first string) []*pod {
 // files were kept for a reason that passes is queued again.
 func (c *Checker) check(ctx context.Context, batch []*pod) {
 	now := c.clock.Now()
-	targets := c.confirmAll(ctx, batch)
+	targets := c.confirmAll(ctx, batch, now)
 	if len(targets) == 0 {
 		return
 	}
@@ -296,8 +296,7 @@ func (c *Checker) check(ctx context.Context, batch []*pod) {
 // confirmAll confirms the deaths of the pods of batch not yet confirmed and
 // returns the pods to prune, by UID. A pod whose answer is missing is
 // queued again; one still alive is done.
-func (c *Checker) confirmAll(ctx context.Context, batch []*pod) map[string]*pod {
-	now := c.clock.Now()
+func (c *Checker) confirmAll(ctx context.Context, batch []*pod, now time.Time) map[string]*pod {
 	var ask []prune.PodRef
 	for _, p := range batch {
 		if !p.confirmed {
@@ -372,14 +371,9 @@ func (c *Checker) forget(p *pod) {
 // logCheck says what a check did: at info level when it removed or
 // released something or stopped, else at debug level.
 func (c *Checker) logCheck(sum *prune.Summary, err error, pods int, batch []*pod) {
-	attrs := []any{"dry_run", sum.DryRun,
-		slog.Group("removed", "results", sum.Removed[prune.PhaseResults], "scratch", sum.Removed[prune.PhaseScratch]),
-		"pods", pods, "seconds_since_deletion", c.clock.Since(oldest(batch)).Seconds()}
+	attrs := append(sum.LogAttrs(), "pods", pods, "seconds_since_deletion", c.clock.Since(oldest(batch)).Seconds())
 	if sum.Targeted != nil {
 		attrs = append(attrs, "files_read", sum.Targeted.Read)
-	}
-	if r := sum.Reservations; r != nil {
-		attrs = append(attrs, slog.Group("host_local", "released", r.Released))
 	}
 	switch {
 	case errors.Is(err, prune.ErrPaused), errors.Is(err, prune.ErrNotSynced):

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"slices"
 	"sort"
 	"time"
 )
@@ -318,4 +320,72 @@ func (r *ReservationCounts) writeText(w io.Writer, dryRun bool) error {
 		}
 	}
 	return nil
+}
+
+// LogAttrs are the log attributes of the summary, for the daemon's line of
+// each run and of each check of deleted pods. Counts by phase
+// or reason are groups keyed by the phase or reason (kept.pod-live=3), so
+// that every key is one of a fixed set; a dry run says would_remove where
+// a real run says removed.
+func (s *Summary) LogAttrs() []any {
+	removed := "removed"
+	if s.DryRun {
+		removed = "would_remove"
+	}
+	attrs := []any{
+		"dry_run", s.DryRun,
+		slog.Group("scanned", "results", s.Scanned[PhaseResults], "scratch", s.Scanned[PhaseScratch],
+			"other", s.Scanned[PhaseOther]),
+		slog.Group(removed, "results", s.Removed[PhaseResults], "scratch", s.Removed[PhaseScratch]),
+		reasonGroup(removed+"_by", s.RemovedBy),
+		reasonGroup("kept", s.Kept),
+		"vanished", s.Vanished[PhaseResults] + s.Vanished[PhaseScratch],
+		"errors", s.Errors, "duration_seconds", s.Duration.Seconds(),
+	}
+	if c := s.CNIDel; c != nil && s.DryRun {
+		attrs = append(attrs, slog.Group("cni_del", "would_run", c.Attempted))
+	} else if c != nil {
+		attrs = append(attrs, slog.Group("cni_del", "attempted", c.Attempted, "succeeded", c.Succeeded, "failed", c.Failed))
+	}
+	if r := s.Reservations; r != nil {
+		released := "released"
+		if s.DryRun {
+			released = "would_release"
+		}
+		attrs = append(attrs, slog.Group("host_local", "scanned", r.Scanned, released, r.Released,
+			reasonGroup("kept", r.Kept), "vanished", r.Vanished, "errors", r.Errors))
+	}
+	if !s.AgesTrustedFrom.IsZero() {
+		attrs = append(attrs, "ages_trusted_from", s.AgesTrustedFrom)
+	}
+	// The counts above are the run's; each cache but multus's, the first
+	// and usually the only one, adds its own.
+	for _, c := range s.Caches {
+		if c.Name != CacheMultus {
+			attrs = append(attrs, slog.Group(string(c.Name)+"_cache", "scanned", c.Scanned[PhaseResults],
+				removed, c.Removed[PhaseResults], "errors", c.Errors, "disk_bytes", c.DiskBytes))
+		}
+	}
+	return attrs
+}
+
+// reasonGroup is a group of the counts of m by reason, in order, so that log
+// lines are stable.
+func reasonGroup(name string, m map[Reason]int) slog.Attr {
+	args := make([]any, 0, 2*len(m))
+	for _, r := range sortedReasons(m) {
+		args = append(args, string(r), m[r])
+	}
+	return slog.Group(name, args...)
+}
+
+// sortedReasons returns the keys of m in order, so that log lines are
+// stable.
+func sortedReasons(m map[Reason]int) []Reason {
+	rs := make([]Reason, 0, len(m))
+	for r := range m {
+		rs = append(rs, r)
+	}
+	slices.Sort(rs)
+	return rs
 }

@@ -1,4 +1,4 @@
-package daemon
+package prune_test
 
 import (
 	"bytes"
@@ -12,10 +12,10 @@ import (
 	"github.com/sweep-k8s/sweep/prune"
 )
 
-// TestSummaryAttrs checks the keys of a run's log line: snake_case, the
+// TestSummaryLogAttrs checks the keys of a run's log line: snake_case, the
 // reasons as keys of a group rather than pasted into key names, and a dry
 // run's would-be removals under would_remove, never removed (issue 26).
-func TestSummaryAttrs(t *testing.T) {
+func TestSummaryLogAttrs(t *testing.T) {
 	trusted := time.Date(2026, 3, 1, 14, 32, 5, 0, time.UTC)
 	for _, tc := range []struct {
 		name    string
@@ -72,7 +72,7 @@ func TestSummaryAttrs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			slog.New(slog.NewJSONHandler(&buf, nil)).Info("prune done", summaryAttrs(tc.sum)...)
+			slog.New(slog.NewJSONHandler(&buf, nil)).Info("prune done", tc.sum.LogAttrs()...)
 			var line map[string]any
 			if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 				t.Fatalf("%v: %s", err, buf.Bytes())
