@@ -347,8 +347,16 @@ func (c *Checker) retry(p *pod, now, at time.Time) {
 		c.forget(p)
 		return
 	}
-	wait := c.backoff.When(p.ref.UID)
-	c.queue.AddAfter(p.ref.UID, max(wait, at.Sub(now)))
+	c.queue.AddAfter(p.ref.UID, retryWait(c.backoff.When(p.ref.UID), at, now))
+}
+
+// retryWait is how long a pod waits for its next check: its backoff, or
+// until at when later, but never past maxBackoff. A file too young is
+// retried once old enough, which is at most the bound of an ADD away; a
+// time further ahead comes from an mtime in the future (a clock set back),
+// which must not park the pod in the queue for as long.
+func retryWait(backoff time.Duration, at, now time.Time) time.Duration {
+	return min(max(backoff, at.Sub(now)), max(backoff, maxBackoff))
 }
 
 // finish records the end of a pod's checks.

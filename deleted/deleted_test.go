@@ -222,3 +222,25 @@ func TestRunBatches(t *testing.T) {
 		t.Fatalf("%v pods confirmed gone, want %d", got, len(want))
 	}
 }
+
+// TestRetryWait: a pod's next check waits its backoff, or until its
+// youngest file is old enough, but not past maxBackoff: an mtime a year
+// ahead (a clock set back) does not park it for a year.
+func TestRetryWait(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		backoff time.Duration
+		at      time.Time
+		want    time.Duration
+	}{
+		{"backoff alone", 30 * time.Second, time.Time{}, 30 * time.Second},
+		{"old enough later", 30 * time.Second, now.Add(4 * time.Minute), 4 * time.Minute},
+		{"old enough sooner", time.Minute, now.Add(10 * time.Second), time.Minute},
+		{"an mtime a year ahead", 30 * time.Second, now.AddDate(1, 0, 0), maxBackoff},
+	} {
+		if got := retryWait(tc.backoff, tc.at, now); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
