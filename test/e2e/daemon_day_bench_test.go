@@ -125,7 +125,9 @@ func daemonDay(b *testing.B, cs kubernetes.Interface, cp *controlplane.ControlPl
 	b.ReportMetric(d.Metric(b, "sweep_deleted_pod_checks_total"), prefix+"checks")
 	// The next binary's day starts with the same pods, and alone.
 	_ = d.Cmd.Process.Kill()
-	<-d.Done
+	if err := <-d.Done; err == nil {
+		b.Fatal("the killed daemon exited 0")
+	}
 	d.Done <- nil
 	if err := cs.CoreV1().Pods("default").DeleteCollection(b.Context(), metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
 		metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
