@@ -49,6 +49,11 @@ type ResourceEntry struct {
 	MustDelete bool `json:"mustDelete,omitempty"`
 	// LabelSelector narrows an unnamed entry; it is our extension.
 	LabelSelector string `json:"labelSelector,omitempty"`
+	// All says, in so many words, that the entry deletes every object of
+	// its resource (in Namespace, if given): an entry without a name needs
+	// it or a LabelSelector. Our extension; spectro-cleanup ignores the
+	// key, so a config that has it runs there as before.
+	All bool `json:"all,omitempty"`
 }
 
 // String names the entry for logs and the summary.
@@ -192,7 +197,7 @@ func parseEntry(dec *json.Decoder) (ResourceEntry, error) {
 			dst = &e.Namespace
 		case "labelselector":
 			dst = &e.LabelSelector
-		case "mustdelete":
+		case "mustdelete", "all":
 			tok, err := dec.Token()
 			if err != nil {
 				return e, fmt.Errorf("key %q: %w", key, err)
@@ -201,7 +206,11 @@ func parseEntry(dec *json.Decoder) (ResourceEntry, error) {
 			if !ok {
 				return e, fmt.Errorf("key %q: want true or false, got %s", key, describeToken(tok))
 			}
-			e.MustDelete = b
+			if lk == "all" {
+				e.All = b
+			} else {
+				e.MustDelete = b
+			}
 			continue
 		default:
 			// The reason for strictness: spectro-cleanup ignores a misspelled
@@ -215,6 +224,13 @@ func parseEntry(dec *json.Decoder) (ResourceEntry, error) {
 		s, ok := tok.(string)
 		if !ok {
 			return e, fmt.Errorf("key %q: want a string, got %s", key, describeToken(tok))
+		}
+		// A key that is there with nothing in it is most often a template's
+		// value left unset: read as absent, an empty name or namespace
+		// widens one delete to every object of the type, and an empty
+		// selector selects everything.
+		if lk != "group" && strings.TrimSpace(s) == "" {
+			return e, fmt.Errorf("key %q is empty: give a value or remove the key", key)
 		}
 		*dst = s
 	}
@@ -236,6 +252,10 @@ func validateEntry(e ResourceEntry) error {
 		return fmt.Errorf("version %q: put the group in \"group\"", e.Version)
 	case e.Name != "" && e.LabelSelector != "":
 		return errors.New(`"labelSelector" applies to unnamed entries only`)
+	case e.All && e.Name != "":
+		return errors.New(`"all" and "name" exclude each other: "all" deletes every object of the resource`)
+	case e.All && e.LabelSelector != "":
+		return errors.New(`"all" and "labelSelector" exclude each other: "all" deletes every object of the resource`)
 	}
 	if e.Group != "" {
 		if errs := validation.IsDNS1123Subdomain(e.Group); len(errs) > 0 {
@@ -253,9 +273,22 @@ func validateEntry(e ResourceEntry) error {
 		}
 	}
 	if e.LabelSelector != "" {
-		if _, err := labels.Parse(e.LabelSelector); err != nil {
+		sel, err := labels.Parse(e.LabelSelector)
+		if err != nil {
 			return fmt.Errorf("labelSelector: %w", err)
 		}
+		if sel.Empty() {
+			return fmt.Errorf("labelSelector %q selects every object: use \"all\": true to say so", e.LabelSelector)
+		}
+	}
+	if e.Name == "" && e.LabelSelector == "" && !e.All {
+		// spectro-cleanup reads a missing name as every object of the
+		// type; a name that a template left out must not delete them.
+		what := e.Resource
+		if e.Namespace != "" {
+			what += " in namespace " + e.Namespace
+		}
+		return fmt.Errorf(`the entry names no object: give "name", a "labelSelector", or "all": true to delete every object of %s`, what)
 	}
 	return nil
 }

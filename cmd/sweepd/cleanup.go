@@ -48,7 +48,7 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
 	secondsVar(fs, &o.CleanupTimeout, "cleanup-timeout-seconds", 30, 0, "alias of --cleanup-timeout")
 	fs.BoolVar(&o.EnableFinalizeServer, "enable-grpc-server", false, "serve FinalizeCleanup (gRPC and Connect), which ends the wait before self-deletion")
 	fs.Var(portValue{p: &o.FinalizePort}, "grpc-port", "port of the FinalizeCleanup server")
-	fs.StringVar(&o.ConfigDir, "config-dir", oneshot.DefaultConfigDir, "directory of file-config.json and resource-config.json")
+	nameVar(fs, &o.ConfigDir, "config-dir", oneshot.DefaultConfigDir, "directory of file-config.json and resource-config.json")
 	fs.StringArrayVar(&o.AllowedRoots, "allowed-root", nil, "directory files must lie under; repeatable (default "+cleanup.DefaultAllowedRoot+")")
 	fs.BoolVar(&o.Globs, "glob", false, "expand shell patterns (*, ?, [...]) in file-config.json; without it every path is literal, as in spectro-cleanup")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be deleted; delete nothing (server-side dry-run)")

@@ -59,6 +59,15 @@ func TestCleanupFlags(t *testing.T) {
 		{name: "Go flag spellings", files: fmt.Sprintf("[%q]", victim), args: []string{"-debug", "--debug=false", "-cleanup-timeout=0", "-deletion-timeout-seconds", "0", "-blocking-deletion=true", "-grpc-port", "8080", "-log-level=debug"}, wantCode: exitOK, removed: true},
 		{name: "Go flag spelling, bad value", files: "[]", args: []string{"-deletion-interval-seconds=0"}, wantCode: exitUsage},
 		{name: "Go flag spelling, unknown flag", files: "[]", args: []string{"-bogus"}, wantCode: exitUsage},
+		// A name flag given with nothing in it ($POD_NAME unset) is a
+		// mistake, never "none" or "every".
+		{name: "empty self name", files: fmt.Sprintf("[%q]", victim), args: []string{"--self-name=", "--self-gvr=/v1/pods"}, wantCode: exitUsage},
+		{name: "empty self namespace", files: fmt.Sprintf("[%q]", victim), args: []string{"--self-name=x", "--self-gvr=/v1/pods", "--self-namespace="}, wantCode: exitUsage},
+		{name: "empty ServiceAccount name", files: fmt.Sprintf("[%q]", victim), args: []string{"--sa-name="}, wantCode: exitUsage},
+		{name: "blank Role name, Go spelling", files: fmt.Sprintf("[%q]", victim), args: []string{"-role-name", " "}, wantCode: exitUsage},
+		{name: "empty RoleBinding name", files: fmt.Sprintf("[%q]", victim), args: []string{"--role-binding-name="}, wantCode: exitUsage},
+		{name: "empty ClusterRole name", files: fmt.Sprintf("[%q]", victim), args: []string{"--cluster-role-name="}, wantCode: exitUsage},
+		{name: "empty ClusterRoleBinding name", files: fmt.Sprintf("[%q]", victim), args: []string{"--cluster-role-binding-name="}, wantCode: exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

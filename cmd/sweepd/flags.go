@@ -104,6 +104,35 @@ func (v portValue) Set(s string) error {
 func (v portValue) Type() string   { return "int" }
 func (v portValue) String() string { return strconv.Itoa(*v.p) }
 
+// nameValue is a string flag that names an object or a directory, and
+// refuses an empty value: `--sa-name=$SA` with SA unset must not pass for
+// "no ServiceAccount", nor an empty namespace for "every namespace". Left
+// out, the flag keeps its default.
+type nameValue struct{ p *string }
+
+// nameVar registers a nameValue.
+func nameVar(fs *pflag.FlagSet, p *string, name, def, usage string) {
+	*p = def
+	fs.Var(nameValue{p: p}, name, usage)
+}
+
+// nameVarP registers a nameValue with a shorthand.
+func nameVarP(fs *pflag.FlagSet, p *string, name, shorthand, def, usage string) {
+	*p = def
+	fs.VarP(nameValue{p: p}, name, shorthand, usage)
+}
+
+func (n nameValue) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty: give a name, or leave the flag out")
+	}
+	*n.p = v
+	return nil
+}
+
+func (n nameValue) Type() string   { return "string" }
+func (n nameValue) String() string { return *n.p }
+
 // levelValue is --log-level: what slog parses (debug, info, warn, error,
 // with offsets such as debug-4), refused in words that name the levels.
 type levelValue struct{ p *string }
@@ -241,13 +270,13 @@ func (k *kubeFlags) load() (*rest.Config, error) {
 // workload that deletes itself last (cleanup, daemon). of names it in the
 // help; the namespace defaults to $POD_NAMESPACE when nsFromEnv.
 func addSelfFlags(fs *pflag.FlagSet, gvr *string, s *cleanup.Self, defGVR, of, gvrNote, nameEffect string, nsFromEnv bool) {
-	fs.StringVar(gvr, "self-gvr", defGVR, "group/version/resource of "+of+gvrNote)
-	fs.StringVar(&s.Name, "self-name", "", "name of "+of+"; "+nameEffect)
+	nameVar(fs, gvr, "self-gvr", defGVR, "group/version/resource of "+of+gvrNote)
+	nameVar(fs, &s.Name, "self-name", "", "name of "+of+"; "+nameEffect)
 	nsDefault, nsHelp := "", "namespace of "+of
 	if nsFromEnv {
 		nsDefault, nsHelp = os.Getenv("POD_NAMESPACE"), nsHelp+"; default $POD_NAMESPACE"
 	}
-	fs.StringVar(&s.Namespace, "self-namespace", nsDefault, nsHelp)
+	nameVar(fs, &s.Namespace, "self-namespace", nsDefault, nsHelp)
 }
 
 // addRBACFlags registers the names of a workload's RBAC objects, which
@@ -261,11 +290,11 @@ func addRBACFlags(fs *pflag.FlagSet, s *cleanup.Self, def cleanup.Self, of strin
 		}
 		return kind + " of " + of + ", " + fate
 	}
-	fs.StringVar(&s.ServiceAccount, "sa-name", def.ServiceAccount, help("ServiceAccount", "garbage-collected after it"))
-	fs.StringVar(&s.Role, "role-name", def.Role, help("Role", "garbage-collected after it"))
-	fs.StringVar(&s.RoleBinding, "role-binding-name", def.RoleBinding, help("RoleBinding", "garbage-collected after it"))
-	fs.StringVar(&s.ClusterRole, "cluster-role-name", def.ClusterRole, help("ClusterRole", "deleted with it unless it is shared or built in"))
-	fs.StringVar(&s.ClusterRoleBinding, "cluster-role-binding-name", def.ClusterRoleBinding, help("ClusterRoleBinding", "deleted with its ClusterRole"))
+	nameVar(fs, &s.ServiceAccount, "sa-name", def.ServiceAccount, help("ServiceAccount", "garbage-collected after it unless shared"))
+	nameVar(fs, &s.Role, "role-name", def.Role, help("Role", "garbage-collected after it unless shared"))
+	nameVar(fs, &s.RoleBinding, "role-binding-name", def.RoleBinding, help("RoleBinding", "garbage-collected after it unless shared"))
+	nameVar(fs, &s.ClusterRole, "cluster-role-name", def.ClusterRole, help("ClusterRole", "deleted with it unless it is shared or built in"))
+	nameVar(fs, &s.ClusterRoleBinding, "cluster-role-binding-name", def.ClusterRoleBinding, help("ClusterRoleBinding", "deleted with its ClusterRole"))
 }
 
 // namedFlag rewrites a configuration's *field.Error as "--flag: cause",

@@ -36,9 +36,9 @@ and the DaemonSet and its RBAC are gone: the Helm chart's pre-delete hook. Exit
 	kube := addKubeFlags(fs)
 	var o hook.RequestOptions
 	var sourceDir string
-	fs.StringVarP(&o.Self.Namespace, "namespace", "n", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
-	fs.StringVar(&o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
-	fs.StringVar(&o.Self.Name, "daemonset", "", "name of the daemons' DaemonSet")
+	nameVarP(fs, &o.Self.Namespace, "namespace", "n", os.Getenv("POD_NAMESPACE"), "namespace of the DaemonSet and the cleanup ConfigMap; default $POD_NAMESPACE")
+	nameVar(fs, &o.ConfigMap, "configmap", "", "name of the cleanup ConfigMap the daemons mount (created or updated)")
+	nameVar(fs, &o.Self.Name, "daemonset", "", "name of the daemons' DaemonSet")
 	addRBACFlags(fs, &o.Self, cleanup.Self{}, "the DaemonSet", true)
 	fs.StringVar(&sourceDir, "source-dir", "/etc/sweep/uninstall", "directory with file-config.json and/or resource-config.json")
 	positiveDurationVar(fs, &o.Timeout, "timeout", 10*time.Minute, "how long to wait for the daemons to finish")

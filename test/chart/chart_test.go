@@ -18,11 +18,13 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/sweep-k8s/sweep/cleanup"
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/chartrender"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
@@ -1183,4 +1185,81 @@ func TestChartREADME(t *testing.T) {
 		return
 	}
 	t.Errorf("charts/sweep/README.md differs from what helm-docs generates; run `make docs`.\n%s", framework.LineDiff(string(current), string(want)))
+}
+
+// TestChartUninstallResources pins that an uninstall.resources entry cannot
+// widen a deletion (issue 50): a name, namespace or labelSelector that is
+// there and empty, or an entry that names no object and does not say all:
+// true, is refused by the schema and, with --skip-schema-validation, by the
+// template too; and the chart grants delete on a whole resource only where
+// the entry asks for more than one object (all: true or a labelSelector).
+func TestChartUninstallResources(t *testing.T) {
+	helm := controlplane.Tool(t, "helm")
+	render := func(entry string, extra ...string) (string, error) {
+		args := append([]string{"template", chartrender.Release, chartrender.Dir, "--namespace", chartrender.Namespace,
+			"--kube-version", controlplane.KubeVersion, "--set", "uninstall.enabled=true",
+			"--set-json", "uninstall.resources=[" + entry + "]"}, extra...)
+		out, err := exec.Command(helm, args...).CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct{ name, entry, want string }{
+		{"empty name", `{"version":"v1","resource":"configmaps","namespace":"kube-system","name":""}`, "name"},
+		{"blank name", `{"version":"v1","resource":"configmaps","namespace":"kube-system","name":" "}`, "name"},
+		{"empty namespace", `{"version":"v1","resource":"configmaps","namespace":"","name":"x"}`, "namespace"},
+		{"empty selector", `{"version":"v1","resource":"configmaps","labelSelector":""}`, "labelSelector"},
+		{"no name, selector or all", `{"group":"apiextensions.k8s.io","version":"v1","resource":"customresourcedefinitions"}`, "names no object"},
+		{"all false", `{"version":"v1","resource":"configmaps","namespace":"a","all":false}`, "names no object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := render(tc.entry)
+			if err == nil || !strings.Contains(out, "schema") {
+				t.Errorf("rendered or not refused by the schema: %v\n%s", err, out)
+			}
+			out, err = render(tc.entry, "--skip-schema-validation")
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("without the schema: %v, want a failure naming %q\n%s", err, tc.want, out)
+			}
+		})
+	}
+	for _, both := range []string{
+		`{"version":"v1","resource":"configmaps","namespace":"a","name":"b","all":true}`,
+		`{"version":"v1","resource":"configmaps","labelSelector":"a=b","all":true}`,
+	} {
+		if out, err := render(both); err == nil {
+			t.Errorf("%s rendered:\n%s", both, out)
+		}
+	}
+
+	// What the entries grant: the named object alone; the whole resource
+	// only with all: true or a labelSelector.
+	out, err := render(`{"version":"v1","resource":"configmaps","namespace":"kube-system","name":"multus-config"},` +
+		`{"group":"k8s.cni.cncf.io","version":"v1","resource":"network-attachment-definitions","labelSelector":"app=multus"},` +
+		`{"group":"example.com","version":"v1","resource":"widgets","all":true}`)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	cr := chartrender.Find(t, chartrender.Decode(t, out), "ClusterRole", chartrender.Release+"-sweep-resources")
+	var rules []rbacv1.PolicyRule
+	raw, _, _ := unstructured.NestedSlice(cr.Object, "rules")
+	for _, r := range raw {
+		var rule rbacv1.PolicyRule
+		if err := chartrender.Convert(r.(map[string]any), &rule); err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, rule)
+	}
+	want := map[string][]string{"configmaps": {"multus-config"}, "network-attachment-definitions": nil, "widgets": nil}
+	if len(rules) != len(want) {
+		t.Fatalf("rules %+v, want one per entry", rules)
+	}
+	for _, r := range rules {
+		names, ok := want[r.Resources[0]]
+		if !ok || !slices.Equal(r.ResourceNames, names) {
+			t.Errorf("rule %+v: resourceNames %q, want %q", r, r.ResourceNames, names)
+		}
+	}
+	data, _, _ := unstructured.NestedStringMap(chartrender.Find(t, chartrender.Decode(t, out), "ConfigMap", chartrender.Release+"-sweep-uninstall").Object, "data")
+	if _, err := cleanup.ParseResourceConfig([]byte(data[cleanup.ResourceConfigName])); err != nil {
+		t.Errorf("sweepd refuses the chart's resource-config.json: %v\n%s", err, data[cleanup.ResourceConfigName])
+	}
 }

@@ -186,6 +186,70 @@ func TestSpectroCleanupCompat(t *testing.T) {
 		}
 	})
 
+	// Issue 50: read as absent, an empty name (a template's value left
+	// unset) deleted every ConfigMap of the namespace, an empty namespace
+	// too every one of the cluster, dry run or not.
+	t.Run("empty name", func(t *testing.T) {
+		for i, entries := range []string{
+			`{"version":"v1","resource":"configmaps","namespace":"%s","name":""}`,
+			`{"version":"v1","resource":"configmaps","namespace":"","name":""}`,
+			`{"version":"v1","resource":"configmaps","labelSelector":" "}`,
+		} {
+			for _, dryRun := range []bool{true, false} {
+				j := installSelfJob(t, cp, cs, fmt.Sprintf("compat-empty-%d-%t", i, dryRun))
+				configMap(t, j.ns, "coredns")
+				configMap(t, j.ns, "kube-proxy")
+				j.writeConfig(t, fmt.Sprintf("[%q]", j.file), "["+strings.ReplaceAll(entries, "%s", j.ns)+"]")
+				args := j.args()
+				if dryRun {
+					args = append(args, "--dry-run")
+				}
+				code, stderr := runCleanupStderr(t, entry, args)
+				if code != 2 || !strings.Contains(stderr, "is empty: give a value or remove the key") {
+					t.Errorf("%s, dry run %t: exit %d, want 2 and the empty key named:\n%s", entries, dryRun, code, stderr)
+				}
+				for _, name := range []string{"coredns", "kube-proxy", "spectro-cleanup-config"} {
+					if !exists(t, j.ns, name) {
+						t.Errorf("%s: %s deleted", entries, name)
+					}
+				}
+				assertUntouched(t, cs, j)
+			}
+		}
+	})
+
+	// spectro-cleanup reads an entry without a name as every object of the
+	// type; sweep wants that said ("all": true, which spectro-cleanup
+	// ignores, or a labelSelector).
+	t.Run("entry without a name", func(t *testing.T) {
+		j := installSelfJob(t, cp, cs, "compat-noname")
+		ns := j.ns + "-target"
+		noErr(cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}))
+		grant(t, cs, ns, j.ns, "spectro-cleanup", "get", "list", "watch", "delete")
+		configMap(t, ns, "a")
+		configMap(t, ns, "b")
+		unnamed := fmt.Sprintf(`{"version":"v1","resource":"configmaps","namespace":%q}`, ns)
+		j.writeConfig(t, fmt.Sprintf("[%q]", j.file), "["+unnamed+","+entryFor(j.ns, "spectro-cleanup-config", false)+"]")
+		code, stderr := runCleanupStderr(t, entry, j.args())
+		if code != 2 || !strings.Contains(stderr, `names no object: give \"name\", a \"labelSelector\", or \"all\": true`) {
+			t.Errorf("exit %d, want 2 and what to say:\n%s", code, stderr)
+		}
+		if !exists(t, ns, "a") || !exists(t, ns, "b") {
+			t.Error("an entry without a name deleted objects")
+		}
+		assertUntouched(t, cs, j)
+
+		all := fmt.Sprintf(`{"version":"v1","resource":"configmaps","namespace":%q,"all":true}`, ns)
+		j.writeConfig(t, fmt.Sprintf("[%q]", j.file), "["+all+","+entryFor(j.ns, "spectro-cleanup-config", false)+"]")
+		if code, out := runCleanup(t, entry, j.args()); code != 0 {
+			t.Errorf("with all: true: exit %d, want 0:\n%s", code, out)
+		}
+		if exists(t, ns, "a") || exists(t, ns, "b") {
+			t.Error(`"all": true left objects`)
+		}
+		assertCleanedUp(t, cs, j)
+	})
+
 	// Break 4: paths are literal unless --glob.
 	t.Run("literal paths", func(t *testing.T) {
 		for _, glob := range []bool{false, true} {

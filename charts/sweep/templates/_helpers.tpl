@@ -336,3 +336,28 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+sweep.checkUninstallResources fails the render on an uninstall.resources
+entry that could widen a deletion, as sweepd's parser refuses it, so that
+helm install --skip-schema-validation cannot pass one on either: a name,
+namespace or labelSelector that is there and empty (a value left unset),
+and an entry that says neither which object (name), nor which objects
+(labelSelector), nor all: true.
+*/}}
+{{- define "sweep.checkUninstallResources" -}}
+{{- range $i, $e := .Values.uninstall.resources }}
+{{- range $k := list "name" "namespace" "labelSelector" }}
+{{- if and (hasKey $e $k) (not (trim (toString (index $e $k) | replace "<nil>" ""))) }}
+{{- fail (printf "uninstall.resources[%d].%s is empty: give a value or remove the key (an empty %s would widen the deletion)" $i $k $k) }}
+{{- end }}
+{{- end }}
+{{- $all := eq (toString $e.all) "true" }}
+{{- if or (and $e.name (or $e.labelSelector $all)) (and $e.labelSelector $all) }}
+{{- fail (printf "uninstall.resources[%d]: name, labelSelector and all: true exclude each other" $i) }}
+{{- end }}
+{{- if not (or $e.name $e.labelSelector $all) }}
+{{- fail (printf "uninstall.resources[%d] names no object: give name, labelSelector, or all: true to delete every object of %s" $i (toString $e.resource)) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -277,11 +277,11 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			{"group": "", "version": "v1", "resource": "configmaps", "labelSelector": "app=gone"},
 			{"group": "", "version": "v1", "resource": "configmaps", "name": "held", "namespace": "e2"},
 			{"group": "", "version": "v1", "resource": "configmaps", "name": "absent", "namespace": "e1"},
-			{"group": "example.com", "version": "v1", "resource": "widgets", "namespace": "e1"},
+			{"group": "example.com", "version": "v1", "resource": "widgets", "namespace": "e1", "all": true},
 			{"group": "example.com", "version": "v1", "resource": "widgets", "name": "w2", "namespace": "e2"},
-			{"group": "example.com", "version": "v1", "resource": "gadgets"},
+			{"group": "example.com", "version": "v1", "resource": "gadgets", "all": true},
 			{"group": "rbac.authorization.k8s.io", "version": "v1", "resource": "clusterroles", "name": "entries-cr"},
-			{"group": "example.org", "version": "v1", "resource": "uninstalled"}
+			{"group": "example.org", "version": "v1", "resource": "uninstalled", "all": true}
 		]`)
 		release := time.AfterFunc(1500*time.Millisecond, func() {
 			patch := []byte(`{"metadata":{"finalizers":null}}`)
@@ -499,7 +499,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		{name: "typo key", resources: `[{"version":"v1","resource":"configmaps","nmae":"victim","namespace":"{ns}"}]`, wantErr: `unknown key "nmae"`},
 		{name: "named namespaced entry without namespace", resources: `[{"version":"v1","resource":"configmaps","name":"victim"}]`, wantErr: "needs a namespace"},
 		{name: "namespace on cluster-scoped type", resources: `[{"group":"rbac.authorization.k8s.io","version":"v1","resource":"clusterroles","name":"x","namespace":"{ns}"}]`, wantErr: "cluster-scoped"},
-		{name: "out-of-root path", outsidePath: true, resources: `[{"version":"v1","resource":"configmaps","namespace":"{ns}"}]`, wantErr: "not under"},
+		{name: "out-of-root path", outsidePath: true, resources: `[{"version":"v1","resource":"configmaps","namespace":"{ns}","all":true}]`, wantErr: "not under"},
 		// A typo that would skip the entry the run depends on: the CRD
 		// would stay, with its custom resources' operator deleted.
 		{name: "mustDelete resource typo", resources: `[
@@ -512,7 +512,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 			wantErr: `did you mean "customresourcedefinitions"?`},
 		{name: "mustDelete custom resource typo", resources: `[
 			{"version":"v1","resource":"configmaps","name":"victim","namespace":"{ns}"},
-			{"group":"example.com","version":"v1","resource":"gadgtes","mustDelete":true}]`,
+			{"group":"example.com","version":"v1","resource":"gadgtes","all":true,"mustDelete":true}]`,
 			wantErr: `example.com/v1 serves no resource "gadgtes": did you mean "gadgets"?`},
 		// No close name, but the core group's resources never come and
 		// go: deployments are in apps.
@@ -625,7 +625,7 @@ func TestRunAgainstControlPlane(t *testing.T) {
 		c.configMap(t, "ty1", "after", nil)
 		dir := writeConfig(t, "", `[
 			{"version":"v1","resource":"confimaps","name":"victim","namespace":"ty1"},
-			{"group":"example.com","version":"v1","resource":"sprockets","mustDelete":true},
+			{"group":"example.com","version":"v1","resource":"sprockets","all":true,"mustDelete":true},
 			{"version":"v1","resource":"configmaps","name":"after","namespace":"ty1","mustDelete":true}
 		]`)
 		sum, err := c.options(dir).Run(t.Context())
