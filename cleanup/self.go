@@ -134,12 +134,13 @@ type SelfOptions struct {
 // an object the workload's rights come from is removed only by the
 // workload's last request, or by the garbage collector after it.
 //
-//  1. The ServiceAccount, Role and RoleBinding get an ownerReference to the
-//     self object.
-//  2. With a ClusterRole: the ClusterRoleBinding gets an ownerReference to
-//     it, and so does the self object when the workload may update it and
-//     nothing else owns it.
-//  3. FinalizeCleanup is waited for, if asked.
+//  1. FinalizeCleanup is waited for, if asked: first, so that the next
+//     steps read the cluster as close as can be to the deletes.
+//  2. The ServiceAccount, Role and RoleBinding get an ownerReference to the
+//     self object, each only if it is the workload's alone (shared.go).
+//  3. With a ClusterRole that is the workload's alone: the
+//     ClusterRoleBinding gets an ownerReference to it, and so does the self
+//     object when the workload may update it and nothing else owns it.
 //  4. With a ClusterRole: it is deleted. If the self object hangs off it,
 //     that was the last request: the garbage collector deletes the binding,
 //     the self object and, after it, the namespaced RBAC.
@@ -184,20 +185,24 @@ func SelfCleanup(ctx context.Context, c *Clients, opts SelfOptions, sum *Summary
 	}
 	selfRef := metav1.OwnerReference{APIVersion: self.GetAPIVersion(), Kind: self.GetKind(), Name: self.GetName(), UID: self.GetUID()}
 
+	// The wait comes before anything is decided: whether another pod runs
+	// as the ServiceAccount is read as close as can be to the deletes that
+	// act on it.
+	if err := r.waitFinalize(ctx); err != nil {
+		return err
+	}
+	saKept := ""
 	if opts.Namespace == "" {
 		r.log.Warn("self object is cluster-scoped: not adopting the namespaced ServiceAccount, Role and RoleBinding")
 	} else {
-		r.adoptNamespaced(ctx, selfRef)
+		saKept = r.adoptNamespaced(ctx, self, selfRef)
 	}
 	var plan *clusterPlan
 	if opts.ClusterRole != "" {
 		var ok bool
-		if plan, ok = r.prepareCluster(ctx, self); !ok {
+		if plan, ok = r.prepareCluster(ctx, self, saKept); !ok {
 			return nil
 		}
-	}
-	if err := r.waitFinalize(ctx); err != nil {
-		return err
 	}
 	if plan != nil {
 		over, ok := r.deleteClusterRole(ctx, plan)
@@ -218,9 +223,12 @@ type selfRun struct {
 	dryRun   []string
 	selfGVR  schema.GroupVersionResource
 	selfName string
+	// adopted are the namespaced RBAC objects that hang off the self
+	// object (step 2): recorded as collected once it goes.
+	adopted []string
 }
 
-// clusterPlan is what step 2 found and did.
+// clusterPlan is what step 3 found and did.
 type clusterPlan struct {
 	uid types.UID
 	// gone: the ClusterRole is already gone (deleted by an earlier attempt
@@ -263,26 +271,42 @@ func objectName(gr schema.GroupResource, ns, name string) string {
 // adopt adds owner to the ownerReferences of gvr ns/name. It reports
 // whether the reference was added (false: it was there) and how many other
 // owners the object has: the garbage collector deletes an object only once
-// all its owners are gone.
-func (r *selfRun) adopt(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, owner metav1.OwnerReference) (added bool, others int, err error) {
+// all its owners are gone. When keep, if given, says why the object is not
+// the owner's to take (kept), or that it cannot tell (unknown, which keeps
+// it too), nothing is added, and a reference an earlier attempt added is
+// taken off again.
+func (r *selfRun) adopt(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, owner metav1.OwnerReference,
+	keep func(*unstructured.Unstructured) (string, error)) (added bool, others int, kept string, unknown error, err error) {
 	ri := r.c.Dynamic.Resource(gvr).Namespace(ns)
 	err = retryTransient(ctx, func() error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			added, others = false, 0
+			added, others, kept, unknown = false, 0, "", nil
 			obj, err := ri.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			refs := obj.GetOwnerReferences()
-			present := false
+			var rest []metav1.OwnerReference
 			for _, ref := range refs {
-				if ref.UID == owner.UID {
-					present = true
-				} else {
-					others++
+				if ref.UID != owner.UID {
+					rest = append(rest, ref)
 				}
 			}
-			if present {
+			others = len(rest)
+			if keep != nil {
+				if kept, unknown = keep(obj); unknown != nil {
+					kept = unknown.Error()
+				}
+				if kept != "" {
+					if len(rest) == len(refs) {
+						return nil
+					}
+					obj.SetOwnerReferences(rest)
+					_, err := ri.Update(ctx, obj, metav1.UpdateOptions{DryRun: r.dryRun})
+					return err
+				}
+			}
+			if len(rest) < len(refs) {
 				return nil
 			}
 			obj.SetOwnerReferences(append(refs, owner))
@@ -293,46 +317,81 @@ func (r *selfRun) adopt(ctx context.Context, gvr schema.GroupVersionResource, ns
 			return nil
 		})
 	})
-	return added, others, err
+	return added, others, kept, unknown, err
 }
 
-// adoptNamespaced is step 1. A failure is recorded but does not stop the
-// self-cleanup: the object outlives the workload, which can still go.
-func (r *selfRun) adoptNamespaced(ctx context.Context, selfRef metav1.OwnerReference) {
-	for _, dep := range []struct {
-		gvr  schema.GroupVersionResource
-		name string
-	}{{serviceAccountGVR, r.opts.ServiceAccount}, {roleGVR, r.opts.Role}, {roleBindingGVR, r.opts.RoleBinding}} {
-		if dep.name == "" {
-			continue
-		}
-		object := objectName(dep.gvr.GroupResource(), r.opts.Namespace, dep.name)
-		added, _, err := r.adopt(ctx, dep.gvr, r.opts.Namespace, dep.name, selfRef)
-		switch {
-		case apierrors.IsNotFound(err):
-			r.log.Warn("self-cleanup: RBAC object not found, skipping", "object", object)
-			r.record(object, Skipped, "not found")
-		case err != nil:
-			r.log.Error("self-cleanup: cannot set ownerReference", "object", object, "error", err)
-			r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
-		case added && r.opts.DryRun:
-			r.log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", r.selfName)
-		case added:
-			r.log.Info("self-cleanup: ownerReference set", "object", object, "owner", r.selfName)
-		default:
-			r.log.Info("self-cleanup: ownerReference already present", "object", object, "owner", r.selfName)
-		}
+// adoptNamespaced is step 2: the ServiceAccount, then the RoleBinding,
+// then the Role get an ownerReference to the self object, each only if it
+// is the workload's alone (shared.go), since the garbage collector takes
+// it after the self object whatever else still uses it. An object kept
+// keeps what depends on it: a RoleBinding that grants a kept ServiceAccount
+// (another pod may need its rights), a Role that a kept RoleBinding binds.
+// It returns why the ServiceAccount is kept, "" when it goes (or is not
+// there); the ClusterRoleBinding that grants it follows the same rule. A
+// failure is recorded but does not stop the self-cleanup: the object
+// outlives the workload, which can still go.
+func (r *selfRun) adoptNamespaced(ctx context.Context, self *unstructured.Unstructured, selfRef metav1.OwnerReference) (saKept string) {
+	saKept = r.adoptOwn(ctx, serviceAccountGVR, r.opts.ServiceAccount, selfRef, func(sa *unstructured.Unstructured) (string, error) {
+		return r.foreignServiceAccount(ctx, sa, self)
+	})
+	rbKept := r.adoptOwn(ctx, roleBindingGVR, r.opts.RoleBinding, selfRef, func(rb *unstructured.Unstructured) (string, error) {
+		return r.foreignRoleBinding(rb, self, saKept)
+	})
+	r.adoptOwn(ctx, roleGVR, r.opts.Role, selfRef, func(role *unstructured.Unstructured) (string, error) {
+		return r.foreignRole(ctx, role, self, rbKept)
+	})
+	return saKept
+}
+
+// adoptOwn adopts one namespaced RBAC object named name, unless keep says
+// why not, and records the outcome. It returns why the object stays, ""
+// when it goes with the self object or does not exist.
+func (r *selfRun) adoptOwn(ctx context.Context, gvr schema.GroupVersionResource, name string, selfRef metav1.OwnerReference,
+	keep func(*unstructured.Unstructured) (string, error)) string {
+	if name == "" {
+		return ""
 	}
+	object := objectName(gvr.GroupResource(), r.opts.Namespace, name)
+	added, _, kept, unknown, err := r.adopt(ctx, gvr, r.opts.Namespace, name, selfRef, keep)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.log.Warn("self-cleanup: RBAC object not found, skipping", "object", object)
+		r.record(object, Skipped, "not found")
+		return ""
+	case err != nil:
+		r.log.Error("self-cleanup: cannot set ownerReference", "object", object, "error", err)
+		r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "set ownerReference: " + err.Error()})
+		return "cannot set its ownerReference: " + err.Error()
+	case unknown != nil:
+		// Asked for and not done, for want of a proof: the run does not
+		// claim success (exit 1), and the workload still goes.
+		r.log.Error("self-cleanup: leaving it in place", "object", object, "reason", kept)
+		r.sum.Add(Record{Phase: PhaseSelf, Object: object, Outcome: Failed, Reason: "left in place: " + kept})
+		return kept
+	case kept != "":
+		// spectro-cleanup hands it to the garbage collector all the same.
+		r.log.Warn("self-cleanup: leaving it in place", "object", object, "reason", kept)
+		r.record(object, Skipped, "left in place: "+kept)
+		return kept
+	case added && r.opts.DryRun:
+		r.log.Info("self-cleanup: ownerReference would be set", "object", object, "owner", r.selfName)
+	case added:
+		r.log.Info("self-cleanup: ownerReference set", "object", object, "owner", r.selfName)
+	default:
+		r.log.Info("self-cleanup: ownerReference already present", "object", object, "owner", r.selfName)
+	}
+	r.adopted = append(r.adopted, object)
+	return ""
 }
 
-// prepareCluster is step 2. ok is false when it failed (recorded), and then
+// prepareCluster is step 3. ok is false when it failed (recorded), and then
 // nothing may be deleted.
-func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstructured) (plan *clusterPlan, ok bool) {
+func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstructured, saKept string) (plan *clusterPlan, ok bool) {
 	crName := objectName(clusterRoleGVR.GroupResource(), "", r.opts.ClusterRole)
 	crbName := objectName(clusterRoleBindingGVR.GroupResource(), "", r.opts.ClusterRoleBinding)
 	plan = &clusterPlan{}
 	// A reference to the ClusterRole on the self object means an earlier
-	// attempt got as far as step 2 with the self object hanging off it.
+	// attempt got as far as step 3 with the self object hanging off it.
 	var earlierRef *metav1.OwnerReference
 	otherOwners := 0
 	for _, ref := range self.GetOwnerReferences() {
@@ -358,7 +417,7 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 		r.record(crbName, Skipped, "deleted with the ClusterRole by the garbage collector")
 		plan.gone, plan.selfOwned = true, earlierRef != nil
 		if plan.selfOwned {
-			r.collected(r.selfName, crName)
+			r.selfGone(crName)
 		}
 		return plan, true
 	case apierrors.IsNotFound(err):
@@ -387,7 +446,7 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 		return nil, false
 	}
 
-	if reason, err := r.foreignClusterRole(ctx, cr, self); err != nil {
+	if reason, err := r.foreignClusterRole(ctx, cr, self, saKept); err != nil {
 		r.fail(crbName, "get: "+err.Error())
 		return nil, false
 	} else if reason != "" {
@@ -401,7 +460,7 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 	}
 
 	crRef := metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: r.opts.ClusterRole, UID: plan.uid}
-	_, others, err := r.adopt(ctx, clusterRoleBindingGVR, "", r.opts.ClusterRoleBinding, crRef)
+	_, others, _, _, err := r.adopt(ctx, clusterRoleBindingGVR, "", r.opts.ClusterRoleBinding, crRef, nil)
 	switch {
 	case apierrors.IsNotFound(err):
 		r.log.Warn("self-cleanup: ClusterRoleBinding not found, skipping", "object", crbName)
@@ -438,7 +497,7 @@ func (r *selfRun) prepareCluster(ctx context.Context, self *unstructured.Unstruc
 			"object", r.selfName)
 		return plan, true
 	}
-	if _, _, err := r.adopt(ctx, r.selfGVR, r.opts.Namespace, r.opts.Name, crRef); err != nil {
+	if _, _, _, _, err := r.adopt(ctx, r.selfGVR, r.opts.Namespace, r.opts.Name, crRef, nil); err != nil {
 		r.fail(r.selfName, "set ownerReference to the ClusterRole: "+err.Error())
 		return nil, false
 	}
@@ -455,8 +514,9 @@ const (
 // foreignClusterRole says why the named ClusterRole (and its binding) is not
 // the workload's own to delete, or "" when it is: a Kubernetes default role,
 // one another Helm release created, or a binding that grants it to anyone
-// but the workload's ServiceAccount or binds another role.
-func (r *selfRun) foreignClusterRole(ctx context.Context, cr, self *unstructured.Unstructured) (string, error) {
+// but the workload's ServiceAccount, binds another role, or grants a
+// ServiceAccount that stays (saKept, why: another pod may need the rights).
+func (r *selfRun) foreignClusterRole(ctx context.Context, cr, self *unstructured.Unstructured, saKept string) (string, error) {
 	if cr.GetLabels()["kubernetes.io/bootstrapping"] == "rbac-defaults" || strings.HasPrefix(cr.GetName(), "system:") {
 		return "a Kubernetes default role", nil
 	}
@@ -482,12 +542,11 @@ func (r *selfRun) foreignClusterRole(ctx context.Context, cr, self *unstructured
 	if kind != "ClusterRole" || name != r.opts.ClusterRole {
 		return fmt.Sprintf("the ClusterRoleBinding binds %s %s", kind, name), nil
 	}
-	subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
-	for _, s := range subjects {
-		m, _ := s.(map[string]any)
-		if m["kind"] != "ServiceAccount" || m["name"] != r.opts.ServiceAccount || m["namespace"] != r.opts.Namespace {
-			return fmt.Sprintf("the ClusterRoleBinding also binds %v %v/%v", m["kind"], m["namespace"], m["name"]), nil
-		}
+	if reason := r.otherSubject(crb); reason != "" {
+		return "the ClusterRoleBinding " + strings.TrimPrefix(reason, "it "), nil
+	}
+	if saKept != "" {
+		return fmt.Sprintf("the ClusterRoleBinding grants the ServiceAccount %s, which stays: %s", r.opts.ServiceAccount, saKept), nil
 	}
 	return "", nil
 }
@@ -527,7 +586,7 @@ func (r *selfRun) mayUpdateSelf(ctx context.Context) (bool, error) {
 	return allowed, nil
 }
 
-// waitFinalize is step 3.
+// waitFinalize is step 1.
 func (r *selfRun) waitFinalize(ctx context.Context) error {
 	if r.opts.Finalize == nil || r.opts.DryRun {
 		return nil
@@ -592,9 +651,20 @@ func (r *selfRun) deleteClusterRole(ctx context.Context, plan *clusterPlan) (ove
 		r.collected(crbName, crName)
 	}
 	if plan.selfOwned {
-		r.collected(r.selfName, crName)
+		r.selfGone(crName)
 	}
 	return plan.selfOwned, true
+}
+
+// selfGone records the self object's end: collected after owner, or, with
+// owner "", deleted; the namespaced RBAC that hangs off it goes after it.
+func (r *selfRun) selfGone(owner string) {
+	if owner != "" {
+		r.collected(r.selfName, owner)
+	}
+	for _, object := range r.adopted {
+		r.collected(object, r.selfName)
+	}
 }
 
 // deleteSelf is step 5, the last request.
@@ -617,7 +687,9 @@ func (r *selfRun) deleteSelf(ctx context.Context, uid types.UID) {
 		r.record(r.selfName, Deleted, "an interrupted request went through")
 	default:
 		r.fail(r.selfName, "delete: "+err.Error())
+		return
 	}
+	r.selfGone("")
 }
 
 func checkSelfScope(t Target, namespace string) error {

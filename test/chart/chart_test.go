@@ -817,6 +817,10 @@ func TestChartApply(t *testing.T) {
 		// itself would let the daemon run pods as any ServiceAccount of
 		// the namespace. It deletes itself, with the Role's right.
 		{daemonSA, "update", "daemonsets.apps/sweep-all", chartrender.Namespace, false},
+		// Whether another RoleBinding binds its Role: read, in its namespace.
+		{daemonSA, "list", "rolebindings.rbac.authorization.k8s.io", chartrender.Namespace, true},
+		{daemonSA, "list", "rolebindings.rbac.authorization.k8s.io", "kube-system", false},
+		{daemonSA, "delete", "rolebindings.rbac.authorization.k8s.io/sweep-all", chartrender.Namespace, false},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/network-attachment-definitions.k8s.cni.cncf.io", "", true},
 		{daemonSA, "delete", "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com", "", false},
 		{daemonSA, "delete", "network-attachment-definitions.k8s.cni.cncf.io", "team-a", true},

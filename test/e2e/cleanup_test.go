@@ -49,7 +49,9 @@ func cleanupEntryPoint(t *testing.T) string {
 // installs it: a ServiceAccount, Role, RoleBinding, ClusterRole and
 // ClusterRoleBinding, a ConfigMap with the config, and the Job itself, whose
 // pod the test plays. The permission to delete the Job comes only from the
-// ClusterRole.
+// ClusterRole. The Role also lists pods, which spectro-cleanup's README
+// does not grant and sweep needs to prove that no other pod runs as the
+// ServiceAccount (docs/cleanup.md; without it, TestSelfCleanupShared).
 type selfJob struct {
 	ns, clusterRole string
 	kubeconfig      string // authenticates as the Job's pod
@@ -76,6 +78,7 @@ func installSelfJob(t *testing.T, cp *controlplane.ControlPlane, cs kubernetes.I
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "serviceaccounts"}, Verbs: all},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 		},
 	}, metav1.CreateOptions{}))
 	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "spectro-cleanup", Namespace: ns}}

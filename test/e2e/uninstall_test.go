@@ -70,6 +70,7 @@ func daemonRules(name string) []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"delete"}, ResourceNames: []string{name}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"list"}},
 	}
 }
 
