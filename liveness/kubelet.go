@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +26,10 @@ const DefaultProc = "/proc"
 // neither its command line nor its configuration sets one.
 const kubeletDefaultEndpoint = "unix:///run/containerd/containerd.sock"
 
+// kubeletDefaultPort is the kubelet's serving port (port) when neither its
+// command line nor its configuration sets one.
+const kubeletDefaultPort = 10250
+
 // kubeletWitness proves, on a bare node, that the runtime's socket is the
 // one this machine's kubelet uses now: a kubelet process is running, and
 // the runtime endpoint on its command line (or in its configuration) is
@@ -40,6 +45,16 @@ const kubeletDefaultEndpoint = "unix:///run/containerd/containerd.sock"
 // whatever sweepd finds at that path outside. Every kubelet on the machine
 // must use our socket: one that uses another runtime leaves open which of
 // them runs the pods whose files sweepd reads.
+//
+// A process named kubelet is no proof that it is the node's: a
+// kubelet.service left enabled after a move to k3s crash-loops beside the
+// kubelet k3s runs inside itself, alive a second or two of every ten. Only
+// a kubelet that holds its own serving port (a listening socket among its
+// file descriptors) proves: two kubelets cannot both hold it in one
+// network namespace, and one that cannot bind it does not serve the node.
+// And where a process that runs a kubelet inside itself runs (k3s,
+// MicroK8s's kubelite, hyperkube kubelet), nothing proves: its kubelet's
+// runtime is on no command line sweepd can read.
 type kubeletWitness struct {
 	socket string // the CRI socket sweepd dials
 	proc   string // DefaultProc but in tests
@@ -62,9 +77,14 @@ func (w *kubeletWitness) Prove(context.Context, Evidence) error {
 	if err != nil {
 		return fmt.Errorf("container runtime socket: %w", err)
 	}
-	kubelets, err := findKubelets(w.proc)
+	kubelets, embedders, err := findKubelets(w.proc)
 	if err != nil {
 		return fmt.Errorf("look for the kubelet: %w", err)
+	}
+	if len(embedders) > 0 {
+		return unproven(ErrRuntimeUnproven, "%s runs a kubelet inside it, whose runtime no command line names: nothing on this machine "+
+			"proves that %s is the runtime of this node's pods (a process named kubelet beside it may be left over); use --liveness=api",
+			strings.Join(embedders, ", "), w.socket)
 	}
 	if len(kubelets) == 0 {
 		return unproven(ErrRuntimeUnproven, "no kubelet process runs on this machine (none named kubelet in %s), so nothing proves that "+
@@ -78,18 +98,25 @@ func (w *kubeletWitness) Prove(context.Context, Evidence) error {
 		others []string
 	)
 	for i, k := range kubelets {
-		endpoint, id, err := k.socket(w.proc)
+		endpoint, port, id, err := k.socket(w.proc)
 		switch {
 		case err != nil && endpoint != "":
 			others = append(others, fmt.Sprintf("pid %d uses %s, no file in its root (%v)", k.pid, endpoint, err))
 		case err != nil:
 			others = append(others, fmt.Sprintf("pid %d: %v", k.pid, err))
-		case id == ours:
-			if proven == nil {
+		case id != ours:
+			others = append(others, fmt.Sprintf("pid %d uses %s", k.pid, endpoint))
+		default:
+			// Ours, but only a kubelet that serves is the node's.
+			switch serving, err := holdsListener(w.proc, k, port); {
+			case err != nil:
+				others = append(others, fmt.Sprintf("pid %d uses %s, but whether it holds its serving port %d cannot be read: %v", k.pid, endpoint, port, err))
+			case !serving:
+				others = append(others, fmt.Sprintf("pid %d uses %s, but holds no listening socket on its serving port %d: "+
+					"not the node's serving kubelet (one that crash-loops beside another, or one still starting)", k.pid, endpoint, port))
+			case proven == nil:
 				proven = &kubelets[i]
 			}
-		default:
-			others = append(others, fmt.Sprintf("pid %d uses %s", k.pid, endpoint))
 		}
 	}
 	switch {
@@ -122,33 +149,34 @@ type kubeletProcess struct {
 	args  []string
 }
 
-// socket returns the runtime endpoint that k uses and the identity of its
-// socket file (an error with the endpoint when there is none), both read as k sees them: through its own root
-// (/proc/PID/root), every symlink resolved inside that root. A kubelet in
-// another mount namespace (a container's, kind's) names paths of its own
-// file system; read in sweepd's, the same path may be another runtime's
-// socket, or left over.
-func (k kubeletProcess) socket(proc string) (string, fileID, error) {
+// socket returns the runtime endpoint that k uses, its serving port, and
+// the identity of its socket file (an error with the endpoint when there
+// is none), all read as k sees them: through its own root (/proc/PID/root),
+// every symlink resolved inside that root. A kubelet in another mount
+// namespace (a container's, kind's) names paths of its own file system;
+// read in sweepd's, the same path may be another runtime's socket, or left
+// over.
+func (k kubeletProcess) socket(proc string) (string, int, fileID, error) {
 	root, err := openProcessRoot(proc, k.pid)
 	if err != nil {
-		return "", fileID{}, err
+		return "", 0, fileID{}, err
 	}
 	defer root.close()
 	// The root opened is k's only if the PID still is: a PID reused since
 	// the kubelet was listed would lend another process's root.
 	if start, err := startTime(proc, k.pid); err != nil || start != k.start {
-		return "", fileID{}, errors.New("exited while it was looked at")
+		return "", 0, fileID{}, errors.New("exited while it was looked at")
 	}
-	endpoint, err := kubeletEndpoint(k.args, root.readFile, root.glob)
+	settings, err := readKubeletSettings(k.args, root.readFile, root.glob)
 	if err != nil {
-		return "", fileID{}, err
+		return "", 0, fileID{}, err
 	}
-	path, err := endpointPath(endpoint)
+	path, err := endpointPath(settings.endpoint)
 	if err != nil {
-		return "", fileID{}, err
+		return "", 0, fileID{}, err
 	}
 	id, err := root.statID(path)
-	return endpoint, id, err
+	return settings.endpoint, settings.port, id, err
 }
 
 // processRoot reads files inside another process's root directory, as
@@ -242,26 +270,31 @@ func (r processRoot) statID(path string) (fileID, error) {
 	return fileID{dev: st.Dev, ino: st.Ino, ctime: syscall.Timespec{Sec: st.Ctim.Sec, Nsec: st.Ctim.Nsec}}, nil
 }
 
-// findKubelets lists the processes whose command name is kubelet.
-func findKubelets(proc string) ([]kubeletProcess, error) {
+// findKubelets lists the processes whose command name is kubelet, and
+// describes those that run a kubelet inside them (embedders).
+func findKubelets(proc string) (kubelets []kubeletProcess, embedders []string, err error) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var found []kubeletProcess
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
 		dir := filepath.Join(proc, e.Name())
-		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
-		if err != nil || strings.TrimSpace(string(comm)) != "kubelet" {
-			continue // gone meanwhile, or another process
+		data, err := os.ReadFile(filepath.Join(dir, "comm"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		comm := strings.TrimSpace(string(data))
+		if comm != "kubelet" && !mayEmbedKubelet(comm) {
+			continue
 		}
 		if !runsAsRoot(dir) {
-			// Any user can name a process kubelet; a kubelet runs as
-			// root. An unprivileged one neither proves nor refuses.
+			// Any user can name a process kubelet (or k3s); a kubelet
+			// runs as root. An unprivileged one neither proves nor
+			// refuses.
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
@@ -276,9 +309,115 @@ func findKubelets(proc string) ([]kubeletProcess, error) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		found = append(found, kubeletProcess{pid: pid, start: start, args: args})
+		if comm != "kubelet" {
+			if embedsKubelet(comm, args) {
+				embedders = append(embedders, fmt.Sprintf("pid %d (%s)", pid, strings.Join(args[:min(len(args), 2)], " ")))
+			}
+			continue
+		}
+		kubelets = append(kubelets, kubeletProcess{pid: pid, start: start, args: args})
 	}
-	return found, nil
+	return kubelets, embedders, nil
+}
+
+// mayEmbedKubelet reports whether a process of this command name may run a
+// kubelet inside itself: k3s (whose server and agent are k3s-server and
+// k3s-agent to the kernel), MicroK8s's kubelite, hyperkube.
+func mayEmbedKubelet(comm string) bool {
+	switch comm {
+	case "k3s", "k3s-server", "k3s-agent", "kubelite", "hyperkube":
+		return true
+	}
+	return false
+}
+
+// embedsKubelet reports whether the process comm with this command line
+// may run a kubelet: kubelite always; k3s and hyperkube unless their first
+// argument names one of their tools that runs none (k3s kubectl, hyperkube
+// kube-apiserver). Any other first argument counts as a kubelet's: a
+// subcommand not known here must not pass for none.
+func embedsKubelet(comm string, args []string) bool {
+	sub := ""
+	if len(args) > 1 {
+		sub = args[1]
+	}
+	switch comm {
+	case "k3s":
+		switch sub {
+		case "kubectl", "crictl", "ctr", "check-config", "token", "etcd-snapshot", "secrets-encrypt", "certificate", "completion", "help", "--help", "-h", "--version", "-v":
+			return false
+		}
+	case "hyperkube":
+		switch sub {
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl", "cloud-controller-manager", "--help", "--version":
+			return false
+		}
+	}
+	return true
+}
+
+// holdsListener reports whether the kubelet k holds a listening TCP socket
+// on port: one whose inode its network namespace lists in LISTEN state
+// (/proc/PID/net/tcp and tcp6) and that is among its file descriptors.
+// Reading another process's descriptors takes what reading its root does.
+func holdsListener(proc string, k kubeletProcess, port int) (bool, error) {
+	dir := filepath.Join(proc, strconv.Itoa(k.pid))
+	inodes := map[string]bool{}
+	for _, table := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(filepath.Join(dir, "net", table))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // no IPv6
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, inode := range listeners(data, port) {
+			inodes[inode] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return false, nil
+	}
+	fds, err := os.ReadDir(filepath.Join(dir, "fd"))
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if inode, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(inode, "]")] {
+			// The descriptors are k's only if the PID still is.
+			start, err := startTime(proc, k.pid)
+			return err == nil && start == k.start, nil
+		}
+	}
+	return false, nil
+}
+
+// tcpListen is the state of a listening socket in /proc/net/tcp.
+const tcpListen = "0A"
+
+// listeners returns the inodes of the sockets in a /proc/net/tcp or tcp6
+// table that listen on port.
+func listeners(table []byte, port int) []string {
+	var inodes []string
+	for i, line := range strings.Split(string(table), "\n") {
+		f := strings.Fields(line)
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		if i == 0 || len(f) < 10 || f[3] != tcpListen {
+			continue
+		}
+		_, hexPort, ok := strings.Cut(f[1], ":")
+		if p, err := strconv.ParseUint(hexPort, 16, 16); !ok || err != nil || int(p) != port {
+			continue
+		}
+		if f[9] != "0" {
+			inodes = append(inodes, f[9])
+		}
+	}
+	return inodes
 }
 
 // runsAsRoot reports whether the process whose /proc directory is dir runs
@@ -317,24 +456,40 @@ func startTime(proc string, pid int) (string, error) {
 }
 
 // kubeletConfig is the part of a KubeletConfiguration that names the
-// runtime.
+// runtime and the serving port.
 type kubeletConfig struct {
 	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint"`
+	Port                     int32  `json:"port"`
+}
+
+// kubeletSettings are what sweepd reads of a kubelet's settings.
+type kubeletSettings struct {
+	endpoint string
+	port     int
 }
 
 // kubeletEndpoint returns the runtime endpoint that a kubelet with these
-// arguments uses, by the kubelet's precedence: its command line's
-// --container-runtime-endpoint, else the last of its --config-dir drop-ins
-// (*.conf, in lexical order) that sets one, else its --config file, else
-// the default.
+// arguments uses (see readKubeletSettings).
 func kubeletEndpoint(args []string, readFile func(string) ([]byte, error), glob func(string) ([]string, error)) (string, error) {
-	var flagEndpoint, config, configDir string
+	s, err := readKubeletSettings(args, readFile, glob)
+	return s.endpoint, err
+}
+
+// readKubeletSettings returns the runtime endpoint and the serving port that a
+// kubelet with these arguments uses, each by the kubelet's precedence: its
+// command line (--container-runtime-endpoint, --port), else the last of its
+// --config-dir drop-ins (*.conf, in lexical order) that sets it, else its
+// --config file, else the default.
+func readKubeletSettings(args []string, readFile func(string) ([]byte, error), glob func(string) ([]string, error)) (kubeletSettings, error) {
+	var flagEndpoint, flagPort, config, configDir string
 	for i := 1; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(args[i], "=")
 		var target *string
 		switch name {
 		case "--container-runtime-endpoint":
 			target = &flagEndpoint
+		case "--port":
+			target = &flagPort
 		case "--config":
 			target = &config
 		case "--config-dir":
@@ -348,10 +503,7 @@ func kubeletEndpoint(args []string, readFile func(string) ([]byte, error), glob 
 		}
 		*target = value
 	}
-	if flagEndpoint != "" {
-		return flagEndpoint, nil
-	}
-	endpoint := kubeletDefaultEndpoint
+	endpoint, port := kubeletDefaultEndpoint, kubeletDefaultPort
 	read := func(path string) error {
 		if !filepath.IsAbs(path) {
 			return fmt.Errorf("kubelet configuration %q is not an absolute path", path)
@@ -367,26 +519,45 @@ func kubeletEndpoint(args []string, readFile func(string) ([]byte, error), glob 
 		if c.ContainerRuntimeEndpoint != "" {
 			endpoint = c.ContainerRuntimeEndpoint
 		}
+		if c.Port != 0 {
+			port = int(c.Port)
+		}
 		return nil
 	}
-	if config != "" {
-		if err := read(config); err != nil {
-			return "", err
+	// The flags beat the files; without both flags the files are read.
+	if flagEndpoint == "" || flagPort == "" {
+		if config != "" {
+			if err := read(config); err != nil {
+				return kubeletSettings{}, err
+			}
 		}
-	}
-	if configDir != "" {
-		files, err := glob(filepath.Join(configDir, "*.conf"))
-		if err != nil {
-			return "", fmt.Errorf("kubelet configuration directory: %w", err)
-		}
-		slices.Sort(files)
-		for _, f := range files {
-			if err := read(f); err != nil {
-				return "", err
+		if configDir != "" {
+			files, err := glob(filepath.Join(configDir, "*.conf"))
+			if err != nil {
+				return kubeletSettings{}, fmt.Errorf("kubelet configuration directory: %w", err)
+			}
+			slices.Sort(files)
+			for _, f := range files {
+				if err := read(f); err != nil {
+					return kubeletSettings{}, err
+				}
 			}
 		}
 	}
-	return endpoint, nil
+	if flagEndpoint != "" {
+		endpoint = flagEndpoint
+	}
+	if flagPort != "" {
+		p, err := strconv.ParseUint(flagPort, 10, 16)
+		if err != nil || p == 0 {
+			return kubeletSettings{}, fmt.Errorf("kubelet --port %q is no port", flagPort)
+		}
+		port = int(p)
+	}
+	if port <= 0 || port > 65535 {
+		return kubeletSettings{}, fmt.Errorf("kubelet configuration: port %d is no port", port)
+	}
+	return kubeletSettings{endpoint: endpoint, port: port}, nil
 }
 
 // endpointPath returns the socket path of a kubelet's runtime endpoint:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,78 @@ func TestKubeletEndpoint(t *testing.T) {
 	}
 }
 
+// TestKubeletPort pins which serving port a kubelet holds, by the
+// kubelet's precedence: --port, else the last drop-in that sets port, else
+// --config, else 10250. A port read wrong makes the real kubelet look like
+// one that does not serve, or a stray one like the node's.
+func TestKubeletPort(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		files map[string]string
+		want  int // 0: an error
+	}{
+		{"the default", []string{"--v=2"}, nil, 10250},
+		{"--port", []string{"--port=10260"}, nil, 10260},
+		{"--port, space form", []string{"--port", "10261"}, nil, 10261},
+		{"--config", []string{"--config=/c.yaml"}, map[string]string{"/c.yaml": "port: 11250\n"}, 11250},
+		{"a drop-in over --config", []string{"--config=/c.yaml", "--config-dir=/d"},
+			map[string]string{"/c.yaml": "port: 11250\n", "/d/10.conf": "port: 12250\n"}, 12250},
+		{"--port over the files", []string{"--config=/c.yaml", "--port=10262"}, map[string]string{"/c.yaml": "port: 11250\n"}, 10262},
+		{"--port with the endpoint flag: the files still name nothing else", []string{"--port=10263", "--container-runtime-endpoint=unix:///x"}, nil, 10263},
+		{"--port that is no port", []string{"--port=http"}, nil, 0},
+		{"--port 0", []string{"--port=0"}, nil, 0},
+		{"a configuration port out of range", []string{"--config=/c.yaml"}, map[string]string{"/c.yaml": "port: 70000\n"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readFile := func(path string) ([]byte, error) {
+				if data, ok := tc.files[path]; ok {
+					return []byte(data), nil
+				}
+				return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+			}
+			glob := func(pattern string) ([]string, error) {
+				var m []string
+				for path := range tc.files {
+					if ok, _ := filepath.Match(pattern, path); ok {
+						m = append(m, path)
+					}
+				}
+				return m, nil
+			}
+			got, err := readKubeletSettings(append([]string{"/usr/bin/kubelet"}, tc.args...), readFile, glob)
+			if tc.want == 0 {
+				if err == nil {
+					t.Fatalf("port %d, want an error", got.port)
+				}
+				return
+			}
+			if err != nil || got.port != tc.want {
+				t.Fatalf("port %d, %v; want %d", got.port, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestListeners pins the reading of /proc/net/tcp: only a LISTEN socket on
+// the port, in either table's address form.
+func TestListeners(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:280A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0
+   1: 0100007F:280A 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1
+   2: 0100007F:2808 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0
+   3: 00000000000000000000000000000000:280A 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 444 1 0 100 0 0 10 0
+   4: 00000000:280A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 0 1 0 100 0 0 10 0
+   5: garbage
+`
+	if got := listeners([]byte(table), 10250); !slices.Equal(got, []string{"111", "444"}) {
+		t.Fatalf("listeners = %q, want [111 444]", got)
+	}
+	if got := listeners([]byte(table), 10248); !slices.Equal(got, []string{"333"}) {
+		t.Fatalf("listeners on 10248 = %q, want [333]", got)
+	}
+}
+
 // procStat is a /proc/PID/stat line as Linux writes it, with the start time
 // (field 22) given.
 func procStat(pid int, comm, start string) string {
@@ -228,6 +301,48 @@ func (p fakeProc) add(pid int, comm, start string, args ...string) {
 		}
 	}
 	p.setRoot(pid, "/")
+	if comm == "kubelet" {
+		p.serve(pid, kubeletDefaultPort)
+	}
+}
+
+// serve makes process pid hold a listening TCP socket on port (0: none),
+// as /proc/PID/net/tcp6 and /proc/PID/fd show it, beside a socket of
+// another port and an established connection on port, which are not its
+// serving port held.
+func (p fakeProc) serve(pid, port int) {
+	p.t.Helper()
+	dir := filepath.Join(p.dir, strconv.Itoa(pid))
+	for _, d := range []string{"net", "fd"} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			p.t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	const header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+	line := func(sl int, local string, lport int, remote string, st string, inode int) string {
+		return fmt.Sprintf("%4d: %s:%04X %s %s 00000000:00000000 00:00000000 00000000     0        0 %d 1 0000000000000000 100 0 0 10 0\n",
+			sl, local, lport, remote, st, inode)
+	}
+	v4 := header + line(0, "0100007F", 10248, "00000000:0000", "0A", pid*10+1) + // healthz, another port
+		line(1, "0100007F", kubeletDefaultPort, "0100007F:9C40", "01", pid*10+2) // a connection, not a listener
+	v6 := header
+	if port != 0 {
+		v6 += line(0, "00000000000000000000000000000000", port, "00000000000000000000000000000000:0000", "0A", pid*10+3)
+	}
+	for name, data := range map[string]string{"net/tcp": v4, "net/tcp6": v6} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	for fd, target := range map[string]string{"0": "/dev/null", "3": fmt.Sprintf("socket:[%d]", pid*10+1),
+		"4": fmt.Sprintf("socket:[%d]", pid*10+2), "7": fmt.Sprintf("socket:[%d]", pid*10+3), "8": "anon_inode:[eventpoll]"} {
+		if err := os.Symlink(target, filepath.Join(dir, "fd", fd)); err != nil {
+			p.t.Fatal(err)
+		}
+	}
 }
 
 // setRoot makes root the root directory of process pid, as its
@@ -466,6 +581,98 @@ func TestKubeletWitness(t *testing.T) {
 				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
 			},
 			unproven: true, want: func(s kubeletSockets) []string { return []string{"(pid 3001 uses unix://" + s.sameName + ")"} }},
+		// Issue 50: a kubelet.service left over from before a move to
+		// k3s crash-loops on the port k3s holds, naming the system
+		// containerd's socket; k3s's own kubelet runs inside it.
+		{name: "k3s's server runs the kubelet; a left-over kubelet names our socket: no proof",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(700, "k3s-server", "100", "/usr/local/bin/k3s", "server")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.serve(955, 0)
+			},
+			unproven: true, want: func(kubeletSockets) []string {
+				return []string{"pid 700 (/usr/local/bin/k3s server) runs a kubelet inside it", "use --liveness=api"}
+			}},
+		{name: "k3s's agent, under its own name: no proof even beside a serving kubelet",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(700, "k3s", "100", "/usr/local/bin/k3s", "agent", "--server=https://10.0.0.1:6443")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(kubeletSockets) []string {
+				return []string{"pid 700 (/usr/local/bin/k3s agent) runs a kubelet inside it"}
+			}},
+		{name: "MicroK8s's kubelite: no proof",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(700, "kubelite", "100", "/snap/microk8s/current/kubelite", "--scheduler-args-file=/x")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"pid 700", "kubelite", "runs a kubelet inside it"} }},
+		{name: "hyperkube kubelet: no proof",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(700, "hyperkube", "100", "/hyperkube", "kubelet", "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(kubeletSockets) []string {
+				return []string{"pid 700 (/hyperkube kubelet) runs a kubelet inside it"}
+			}},
+		{name: "k3s kubectl, hyperkube kube-apiserver and a k3s of another user run no kubelet",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(700, "k3s", "100", "/usr/local/bin/k3s", "kubectl", "get", "pods")
+				p.add(701, "hyperkube", "101", "/hyperkube", "kube-apiserver")
+				p.add(702, "k3s-server", "102", "/usr/local/bin/k3s", "server")
+				writeKubeletFile(p.t, filepath.Join(p.dir, "702", "status"), "Name:\tk3s-server\nUid:\t1000\t1000\t1000\t1000\n")
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+			}},
+		{name: "a kubelet that holds no listener on its serving port (crash-looping, or starting) proves nothing",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.serve(955, 0)
+			},
+			unproven: true, want: func(kubeletSockets) []string {
+				return []string{"pid 955 uses", "holds no listening socket on its serving port 10250", "not the node's serving kubelet"}
+			}},
+		{name: "nor does a serving kubelet beside it make it prove: the serving one uses another runtime",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				p.serve(955, 0)
+				p.add(3001, "kubelet", "9999", kubelet, "--container-runtime-endpoint=unix://"+s.sameName)
+			},
+			unproven: true, want: func(s kubeletSockets) []string {
+				return []string{"not the node's serving kubelet", "pid 3001 uses unix://" + s.sameName}
+			}},
+		{name: "its listener on another port than its --port",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--port=10260", "--container-runtime-endpoint=unix://"+s.ours)
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"serving port 10260"} }},
+		{name: "its --port held",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--port", "10260", "--container-runtime-endpoint=unix://"+s.ours)
+				p.serve(955, 10260)
+			}},
+		{name: "its configuration's port held",
+			procs: func(p fakeProc, s kubeletSockets, cfgDir string) {
+				writeKubeletFile(p.t, filepath.Join(cfgDir, "config.yaml"), "port: 11250\ncontainerRuntimeEndpoint: unix://"+s.ours+"\n")
+				p.add(955, "kubelet", "2345", kubelet, "--config="+filepath.Join(cfgDir, "config.yaml"))
+				p.serve(955, 11250)
+			}},
+		{name: "the listener is in its network namespace but another process holds it",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				if err := os.Remove(filepath.Join(p.dir, "955", "fd", "7")); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			unproven: true, want: func(kubeletSockets) []string { return []string{"holds no listening socket on its serving port 10250"} }},
+		{name: "its descriptors cannot be read: named, and no proof",
+			procs: func(p fakeProc, s kubeletSockets, _ string) {
+				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
+				if err := os.RemoveAll(filepath.Join(p.dir, "955", "fd")); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			unproven: true, want: func(kubeletSockets) []string {
+				return []string{"whether it holds its serving port 10250 cannot be read"}
+			}},
 		{name: "our socket is gone: a failure to ask",
 			procs: func(p fakeProc, s kubeletSockets, _ string) {
 				p.add(955, "kubelet", "2345", kubelet, "--container-runtime-endpoint=unix://"+s.ours)
@@ -570,5 +777,42 @@ func writeKubeletFile(t *testing.T, path, data string) {
 	}
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHoldsListenerReal reads this process's own descriptors and network
+// namespace in the real /proc: a listening socket it holds is found on its
+// port, on no other, and not once it is closed.
+func TestHoldsListenerReal(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		t.Run(network, func(t *testing.T) {
+			addr := "127.0.0.1:0"
+			if network == "tcp6" {
+				addr = "[::1]:0"
+			}
+			l, err := net.Listen(network, addr)
+			if err != nil {
+				t.Skipf("no %s here: %v", network, err) // a machine without IPv6
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			start, err := startTime(DefaultProc, os.Getpid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			self := kubeletProcess{pid: os.Getpid(), start: start}
+			if ok, err := holdsListener(DefaultProc, self, port); err != nil || !ok {
+				t.Fatalf("holdsListener(%d) = %v, %v; want true", port, ok, err)
+			}
+			if ok, err := holdsListener(DefaultProc, self, port+1); err != nil || ok {
+				t.Fatalf("holdsListener(%d) = %v, %v; want false", port+1, ok, err)
+			}
+			if ok, _ := holdsListener(DefaultProc, kubeletProcess{pid: self.pid, start: "1"}, port); ok {
+				t.Fatal("held by a process of another start time")
+			}
+			_ = l.Close()
+			if ok, err := holdsListener(DefaultProc, self, port); err != nil || ok {
+				t.Fatalf("after Close: holdsListener = %v, %v; want false", ok, err)
+			}
+		})
 	}
 }

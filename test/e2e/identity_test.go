@@ -399,6 +399,73 @@ func TestKubeletInAnotherMountNamespace(t *testing.T) {
 	})
 }
 
+// TestLeftOverKubeletBesideK3s is issue 50's reproduction: a bare node whose
+// kubelet runs inside k3s (its runtime at /run/k3s/containerd), where a
+// kubelet.service left from before the move crash-loops on the port k3s
+// holds, naming the system containerd's socket, which lists one unrelated
+// READY sandbox. That process named kubelet proved the wrong runtime, and
+// every live file went. Now a process that runs a kubelet inside it (k3s)
+// leaves nothing proven, and a kubelet proves only while it holds its
+// serving port: nothing is removed and the log says why. The last subtest
+// shows that the files would go under a real proof.
+func TestLeftOverKubeletBesideK3s(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "multus")
+	old := time.Now().Add(-time.Hour)
+	system := fakecri.Start(t)
+	system.AddPod(multuscache.NewSandboxID(), multuscache.NewUID())
+	pod := multuscache.Pod{Namespace: "default", Name: "web-0", UID: multuscache.NewUID()}
+	files := sandboxFiles(t, dir, multuscache.NewSandboxID(), pod, old) // k3s's pod: the system containerd does not list it
+	prune := func(t *testing.T) (summary pruneSummary, stderr string, code int) {
+		t.Helper()
+		predateViews()
+		cmd := exec.Command(testbin.Build(t, "./cmd/sweepd"), "prune", "--output=json", "--liveness=cri", "--multus-dir="+dir,
+			"--cri-timeout=2s", "--min-age=5m", "--cri-endpoint="+system.Endpoint)
+		cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent/kubeconfig", "NODE_NAME=", "POD_UID=")
+		out, stderr, code := runCmd(t, cmd)
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &summary); err != nil {
+				t.Fatalf("summary: %v\n%s", err, out)
+			}
+		}
+		return summary, stderr, code
+	}
+	endpoint := "--container-runtime-endpoint=" + system.Endpoint
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) // the processes, stopped at the subtest's end
+		want  string
+	}{
+		{"k3s, and the left-over kubelet caught alive", func(t *testing.T) {
+			witness.StartProcess(t, "k3s", "server")
+			witness.StartCrashLoopingKubelet(t, endpoint)
+		}, "runs a kubelet inside it"},
+		{"k3s, and a kubelet that serves and names the socket", func(t *testing.T) {
+			witness.StartProcess(t, "k3s", "agent")
+			witness.StartKubelet(t, endpoint)
+		}, "runs a kubelet inside it"},
+		{"the left-over kubelet alone, not serving", func(t *testing.T) {
+			witness.StartCrashLoopingKubelet(t, endpoint)
+		}, "holds no listening socket on its serving port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.start(t)
+			_, stderr, code := prune(t)
+			if code != 1 || !strings.Contains(stderr, "nothing deleted") || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 1, nothing deleted and %q:\n%s", code, tc.want, stderr)
+			}
+			framework.CheckFiles(t, "k3s's pod's files", files, true)
+		})
+	}
+	t.Run("a serving kubelet alone proves the socket", func(t *testing.T) {
+		witness.StartKubelet(t, endpoint)
+		sum, stderr, code := prune(t)
+		if code != 0 || sum.RemovedBy["sandbox-gone"] != 2 {
+			t.Fatalf("exit %d, summary %+v:\n%s", code, sum, stderr)
+		}
+		framework.CheckFiles(t, "files of a sandbox the runtime does not list", files, false)
+	})
+}
+
 // TestRuntimeMustBeTheNodes: with --liveness=both the runtime must be the one
 // the kubelet reports in its Node's status.
 func TestRuntimeMustBeTheNodes(t *testing.T) {

@@ -9,9 +9,11 @@ package witness
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -108,8 +110,9 @@ func lookPath(t testing.TB, name string) string {
 }
 
 // Kubelet is a running fake kubelet: a process whose comm (/proc/PID/comm)
-// is "kubelet" and whose command line carries the test's kubelet flags, and
-// which does nothing else.
+// is "kubelet", whose command line carries the test's kubelet flags, and
+// which holds a listening socket on its serving port (--port, on its
+// command line), as the node's serving kubelet does, and does nothing else.
 type Kubelet struct {
 	// Cmd is the process, started.
 	Cmd  *exec.Cmd
@@ -123,11 +126,29 @@ type Kubelet struct {
 // endpoint), or none for the kubelet's default endpoint. The process is a
 // copy of sh named kubelet (the kernel names a process after the file it
 // executes), blocked reading a pipe from the test: its command line is
-// <temp>/kubelet -c <script> kubelet ARGS..., and it ends with the test
-// process, or Kill, which the test's cleanup calls.
+// <temp>/kubelet -c <script> kubelet ARGS... --port=PORT, it holds a
+// listening socket on 127.0.0.1:PORT (a port of its own), and it ends with
+// the test process, or Kill, which the test's cleanup calls.
 func StartKubelet(t testing.TB, args ...string) *Kubelet {
 	t.Helper()
-	return startKubelet(t, nil, args)
+	return startProcess(t, "kubelet", true, nil, args)
+}
+
+// StartCrashLoopingKubelet starts a fake kubelet that holds no listening
+// socket on its serving port: a kubelet that cannot bind it (another holds
+// it) and crash-loops, as a kubelet.service left enabled beside k3s does,
+// caught while it is alive.
+func StartCrashLoopingKubelet(t testing.TB, args ...string) *Kubelet {
+	t.Helper()
+	return startProcess(t, "kubelet", false, nil, args)
+}
+
+// StartProcess starts a process named comm (k3s, kubelite) with args after
+// its name, as StartKubelet does but without a port: a process that runs
+// a kubelet inside itself.
+func StartProcess(t testing.TB, comm string, args ...string) *Kubelet {
+	t.Helper()
+	return startProcess(t, comm, false, nil, args)
 }
 
 // StartContainedKubelet starts a fake kubelet as StartKubelet does, but in
@@ -140,10 +161,10 @@ func StartContainedKubelet(t testing.TB, binds map[string]string, args ...string
 	if len(binds) == 0 {
 		t.Fatal("StartContainedKubelet: no binds")
 	}
-	return startKubelet(t, binds, args)
+	return startProcess(t, "kubelet", true, binds, args)
 }
 
-func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet {
+func startProcess(t testing.TB, comm string, serve bool, binds map[string]string, args []string) *Kubelet {
 	t.Helper()
 	framework.KubeletStarted(t)
 	sh, err := exec.LookPath("sh")
@@ -154,13 +175,32 @@ func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "kubelet")
+	path := filepath.Join(t.TempDir(), comm)
 	if err := os.WriteFile(path, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The serving socket: the test listens, the process inherits the
+	// socket (as its descriptor 3) and the test closes its own copy.
+	var listener *os.File
+	if serve {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listener, err = l.(*net.TCPListener).File()
+		_ = l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer listener.Close()
+		args = append(slices.Clone(args), fmt.Sprintf("--port=%d", l.Addr().(*net.TCPAddr).Port))
+	}
 	// read returns at end of input: when the test process dies, or Kill
 	// closes the pipe.
-	cmd := exec.Command(path, append([]string{"-c", "read -r _ || :", "kubelet"}, args...)...)
+	cmd := exec.Command(path, append([]string{"-c", "read -r _ || :", comm}, args...)...)
+	if listener != nil {
+		cmd.ExtraFiles = []*os.File{listener}
+	}
 	if len(binds) > 0 {
 		// unshare and sh exec into the kubelet: its PID is cmd's.
 		unshare, mount := lookPath(t, "unshare"), lookPath(t, "mount")
@@ -178,7 +218,7 @@ func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start fake kubelet: %v", err)
+		t.Fatalf("start fake %s: %v", comm, err)
 	}
 	k := &Kubelet{Cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -192,14 +232,14 @@ func startKubelet(t testing.TB, binds map[string]string, args []string) *Kubelet
 	// they exec into it.
 	proc := fmt.Sprintf("/proc/%d/", cmd.Process.Pid)
 	if !framework.Poll(10*time.Second, time.Millisecond, func() bool {
-		comm, err := os.ReadFile(proc + "comm")
-		if err != nil || string(comm) != "kubelet\n" {
+		got, err := os.ReadFile(proc + "comm")
+		if err != nil || string(got) != comm+"\n" {
 			return false
 		}
 		data, err := os.ReadFile(proc + "cmdline")
 		return err == nil && len(data) > 0
 	}) {
-		t.Fatalf("fake kubelet: %s is no kubelet with a command line yet", proc)
+		t.Fatalf("fake %s: %s has no command line yet", comm, proc)
 	}
 	return k
 }

@@ -3,6 +3,7 @@ package witness_test
 import (
 	"bufio"
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,14 +91,42 @@ func TestStartKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-	if n := len(args); n < 2 || args[n-2] != "--container-runtime-endpoint="+endpoint || args[n-1] != "--v=2" {
-		t.Errorf("cmdline = %q", args)
+	n := len(args)
+	if n < 3 || args[n-3] != "--container-runtime-endpoint="+endpoint || args[n-2] != "--v=2" || !strings.HasPrefix(args[n-1], "--port=") {
+		t.Fatalf("cmdline = %q", args)
+	}
+	// Its serving port: listening, held by the kubelet after the test
+	// closed its own copy.
+	c, err := net.Dial("tcp", "127.0.0.1:"+strings.TrimPrefix(args[n-1], "--port="))
+	if err != nil {
+		t.Errorf("its serving port: %v", err)
+	} else {
+		_ = c.Close()
 	}
 	k.Kill()
 	if _, err := os.Stat(proc); !os.IsNotExist(err) {
 		t.Errorf("%s after Kill: %v", proc, err)
 	}
 	k.Kill()
+}
+
+// TestStartCrashLoopingKubelet and TestStartProcess: no serving port; the
+// name asked for.
+func TestStartCrashLoopingKubelet(t *testing.T) {
+	for comm, k := range map[string]*witness.Kubelet{
+		"kubelet": witness.StartCrashLoopingKubelet(t, "--v=2"),
+		"k3s":     witness.StartProcess(t, "k3s", "server"),
+	} {
+		proc := "/proc/" + strconv.Itoa(k.Pid())
+		if got, err := os.ReadFile(proc + "/comm"); err != nil || string(got) != comm+"\n" {
+			t.Errorf("comm = %q, %v; want %s", got, err, comm)
+		}
+		cmdline, err := os.ReadFile(proc + "/cmdline")
+		if err != nil || strings.Contains(string(cmdline), "--port") {
+			t.Errorf("cmdline = %q, %v; want no --port", cmdline, err)
+		}
+		k.Kill()
+	}
 }
 
 // TestStartContainedKubelet: the kubelet's own root shows the bound
