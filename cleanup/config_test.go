@@ -275,6 +275,8 @@ func FuzzParseResourceConfig(f *testing.F) {
 		`[]`,
 		`[{"group":"","version":"v1","resource":"configmaps","name":"a","namespace":"b","mustDelete":true}]`,
 		`[{"version":"v1","resource":"secrets","labelSelector":"app in (a,b)"}]`,
+		`[{"version":"v1","resource":"configmaps","namespace":"a","all":true}]`,
+		`[{"version":"v1","resource":"configmaps","namespace":"","name":""}]`,
 		`[{"version":"v1","resource":"configmaps","nmae":"x"}]`,
 		`[{"Version":"v1","version":"v1"}]`,
 		`[{"version":"v1","resource":"x"}] trailing`,
@@ -292,6 +294,10 @@ func FuzzParseResourceConfig(f *testing.F) {
 			}
 			if err := validateEntry(e); err != nil {
 				t.Fatalf("accepted invalid entry %+v: %v", e, err)
+			}
+			// Many objects only where the entry says so.
+			if e.Name == "" && e.LabelSelector == "" && !e.All {
+				t.Fatalf("accepted an entry that names no object: %+v", e)
 			}
 		}
 	})
