@@ -1,14 +1,16 @@
-// Command demo shows sweepd's main job without a cluster: it starts a local
-// control plane (test/framework/controlplane), creates pods on a node, writes a
-// multus cache with live and stale entries of the real shapes, runs
-// `sweepd daemon` against it with a short schedule, and shows what was pruned
-// and the metrics. `make demo` runs it. With -measure it also reports the
+// Command demo shows sweepd's main job without a cluster, in one screen: it
+// starts a local control plane (test/framework/controlplane), creates pods
+// on a node, writes a multus cache with live and stale entries of the real
+// shapes, shows what a dry run would remove and why, runs `sweepd daemon`
+// against it, deletes a pod and shows its files go by the daemon's check of
+// deleted pods, and prints a few metrics. `make demo` runs it, and so does
+// TestDemo (test/e2e), in make test. With -measure it also reports the
 // daemon's memory and CPU footprint.
 package main
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,14 +52,23 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...) }
 
+// minAge is the demo's --min-age: the files are older, and the machine has
+// been up longer (sweep trusts no file to be older than the time since
+// boot).
+const minAge = 30 * time.Second
+
 func run(ctx context.Context, sweepd string, livePods, stale int, measure time.Duration) error {
 	work, err := os.MkdirTemp("", "sweep-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
+	age, err := fileAge(ctx)
+	if err != nil {
+		return err
+	}
 
-	step("starting a local control plane (etcd + kube-apiserver) in %s", work)
+	step("A node's multus cache, and a local API server (etcd, kube-apiserver, in %s)", work)
 	cp, err := controlplane.Run(filepath.Join(work, "controlplane"))
 	defer cp.Stop()
 	if err != nil {
@@ -70,9 +81,9 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-
 	// What the node's kubelet would do: register its Node with this
-	// machine's boot ID, which sweepd checks before it trusts the node's pods.
+	// machine's boot ID and renew its Lease, which sweepd checks before it
+	// trusts the node's pods.
 	bootID, err := controlplane.MachineBootID()
 	if err != nil {
 		return err
@@ -80,15 +91,14 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 	if err := controlplane.RegisterNode(ctx, cs, node, bootID, controlplane.FakeRuntime); err != nil {
 		return err
 	}
-
-	step("creating %d pods on node %s and writing its multus cache", livePods, node)
 	dir := filepath.Join(work, "var/lib/cni/multus")
-	old := time.Now().Add(-2 * time.Hour)
+	old := time.Now().Add(-age)
 	var doomed []string
 	for i := range livePods {
 		p, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i)},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app"}}},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{{Name: "app", Image: "registry.example/app"}}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return err
@@ -112,17 +122,34 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 			return err
 		}
 	}
-	fmt.Printf("%d live sandboxes, %d sandboxes of deleted pods, 3 failed ADDs (scratch file only)\n", livePods, stale)
+	fmt.Printf("node %s: %d live pods, %d deleted pods whose files stayed, 3 failed ADDs (a scratch file each)\n", node, livePods, stale)
+	printCache(dir)
+
+	flags := []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node, "--multus-dir=" + dir,
+		"--allow-short-intervals", "--min-age=" + minAge.String()}
+	step("What would go, and why: sweepd prune --dry-run --limit=4 (every file: -o wide)")
+	// A file changed in the second its view is taken is left to the next
+	// run (newer-than-view): the files must be older than that.
+	time.Sleep(time.Second)
+	dry := exec.CommandContext(ctx, sweepd, append([]string{"prune", "--dry-run", "--limit=4"}, flags...)...)
+	dry.Stdout = os.Stdout
+	var dryLog strings.Builder
+	dry.Stderr = &dryLog
+	if err := dry.Run(); err != nil {
+		return fmt.Errorf("sweepd prune --dry-run: %w\n%s", err, dryLog.String())
+	}
 	printCache(dir)
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort()))
-	step("running: %s daemon --node-name=%s --multus-dir=%s --schedule='@every 5s' --metrics-addr=%s", sweepd, node, dir, addr)
-	cmd := exec.Command(sweepd, "daemon", "--kubeconfig="+cp.Kubeconfig, "--node-name="+node, "--multus-dir="+dir,
-		"--schedule=@every 5s", "--allow-short-intervals", "--min-age=1m", "--metrics-addr="+addr)
-	logs, err := cmd.StderrPipe()
+	step("The daemon: sweepd daemon --deleted-pod-grace=2s (hourly runs, the first at start)")
+	logPath := filepath.Join(work, "sweepd.log")
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
+	defer logFile.Close()
+	cmd := exec.Command(sweepd, append([]string{"daemon", "--deleted-pod-grace=2s", "--metrics-addr=" + addr}, flags...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -131,54 +158,55 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	runs := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(logs)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Println("  sweepd |", line)
-			if strings.Contains(line, "prune done") {
-				runs <- line
-			}
-		}
-	}()
-	if err := waitRun(ctx, runs); err != nil {
-		return err
+	// Its log is in a file: the demo shows what an operator looks at.
+	failed := func(err error) error {
+		data, _ := os.ReadFile(logPath)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		return fmt.Errorf("%w; the daemon's last lines:\n%s", err, strings.Join(lines[max(0, len(lines)-15):], "\n"))
 	}
-	step("after the first run")
+	metrics := "http://" + addr + "/metrics"
+	if err := await(ctx, 60*time.Second, "a prune run", func() bool {
+		return metric(metrics, "sweep_prune_runs_total") >= 1
+	}); err != nil {
+		return failed(err)
+	}
+	fmt.Printf("its first run removed %.0f results files and %.0f scratch files, as the dry run said\n",
+		metric(metrics, `sweep_prune_removed_files_total{cache="multus",phase="results"}`),
+		metric(metrics, `sweep_prune_removed_files_total{cache="multus",phase="scratch"}`))
 	printCache(dir)
 
-	// With no kubelet to finish a graceful deletion, delete at once, as the
-	// kubelet's final delete does; a terminating pod still counts as live.
-	step("deleting pod app-0 (its sandbox stays in the cache, as when CNI DEL never comes)")
+	step("kubectl delete pod app-0 --now: its teardown never reaches multus, so its files stay")
+	deleted := time.Now()
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "app-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		return err
 	}
-	for i, left := 0, len(doomed); left > 0; i++ {
-		if i == 5 {
-			return fmt.Errorf("app-0's files still there after 5 runs")
-		}
-		if err := waitRun(ctx, runs); err != nil {
-			return err
-		}
-		left = 0
+	if err := await(ctx, 60*time.Second, "app-0's files removed", func() bool {
 		for _, p := range doomed {
 			if _, err := os.Lstat(p); err == nil {
-				left++
+				return false
 			}
 		}
+		return true
+	}); err != nil {
+		return failed(err)
 	}
-	fmt.Printf("app-0's %d cache files are gone\n", len(doomed))
+	if metric(metrics, `sweep_deleted_pods_total{outcome="pruned"}`) < 1 {
+		return failed(errors.New("app-0's files went, but not by the check of deleted pods"))
+	}
+	fmt.Printf("its check of deleted pods removed app-0's %d files %.1fs after the deletion\n(its grace, 30s by default, and 5s to gather a mass deletion into one check)\n",
+		len(doomed), time.Since(deleted).Seconds())
 	printCache(dir)
 
-	step("metrics (curl http://%s/metrics | grep ^sweep_)", addr)
-	body, err := get("http://" + addr + "/metrics")
+	step("A few of its metrics (curl %s)", metrics)
+	body, err := get(metrics)
 	if err != nil {
 		return err
 	}
 	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "sweep_") && !strings.Contains(line, "_bucket{") {
-			fmt.Println("  " + line)
+		for _, m := range []string{"sweep_prune_removed_files_total{", "sweep_prune_kept_files{", "sweep_deleted_pods_total{outcome=\"pruned\"}", "sweep_views_proven "} {
+			if strings.HasPrefix(line, m) && !strings.HasSuffix(line, " 0") {
+				fmt.Println("  " + line)
+			}
 		}
 	}
 	if measure > 0 {
@@ -186,19 +214,78 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 			return err
 		}
 	}
-	step("stopping the daemon and the control plane")
+	fmt.Println("\nDone. On a cluster: README.md's quick start, a dry run first.")
 	return nil
 }
 
-func waitRun(ctx context.Context, runs <-chan string) error {
-	select {
-	case <-runs:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(60 * time.Second):
-		return fmt.Errorf("no prune run within 60s")
+// fileAge is how old the demo's files are: ten minutes, or less on a
+// machine booted since, and more than minAge, waiting for the machine's
+// uptime to allow it: sweep trusts no file to be older than the time since
+// boot (prune's clock guard).
+func fileAge(ctx context.Context) (time.Duration, error) {
+	const want, margin = 10 * time.Minute, 15 * time.Second
+	up, err := uptime()
+	if err != nil {
+		return 0, err
 	}
+	if up < minAge+2*margin {
+		wait := minAge + 2*margin - up
+		fmt.Printf("this machine booted %s ago, and sweep trusts no file to be older than that: waiting %s\n",
+			up.Round(time.Second), wait.Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		up += wait
+	}
+	return min(want, up-margin), nil
+}
+
+// uptime is the time since boot, as sweepd's clock guard reads it.
+func uptime() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	secs, err := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/uptime: %w", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// await polls cond until it holds, or fails after timeout.
+func await(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s within %s", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// metric is the value of one series at url, or -1.
+func metric(url, series string) float64 {
+	body, err := get(url)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 func printCache(dir string) {
