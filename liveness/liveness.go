@@ -152,6 +152,7 @@ type Views struct {
 	lease     *leaseWitness
 
 	podWitnesses  []Witness
+	boot          *bootWitness // the pods' first witness, nil without them
 	podSource     prune.PodSource
 	sandboxSource *runtimeView
 }
@@ -230,6 +231,7 @@ func (v *Views) buildPods() error {
 	}
 	v.lease = newLeaseWitness(v.dynamic, c.NodeName, c.SyncTimeout)
 	v.lease.log = v.log
+	v.boot = boot
 	v.podWitnesses = []Witness{boot, v.lease}
 	if c.SelfPodUID != "" {
 		v.podWitnesses = append(v.podWitnesses, &selfPodWitness{uid: c.SelfPodUID, node: c.NodeName})
@@ -266,8 +268,8 @@ func (v *Views) buildRuntime() error {
 	if c.ExpectRuntime != "" {
 		ws = append(ws, expectWitness{want: c.ExpectRuntime})
 	}
-	if len(v.podWitnesses) > 0 {
-		ws = append(ws, nodeRuntimeWitness{node: c.NodeName, boot: v.podWitnesses[0].(*bootWitness)})
+	if v.boot != nil {
+		ws = append(ws, nodeRuntimeWitness{node: c.NodeName, boot: v.boot})
 	}
 	v.sandboxSource = &runtimeView{c: v.runtime, socket: sw, witnesses: ws}
 	return nil
