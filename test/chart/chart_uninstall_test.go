@@ -1,8 +1,6 @@
 package chart
 
 import (
-	"bufio"
-	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
@@ -268,32 +266,9 @@ metadata: {name: bystander, namespace: kube-system}
 	// for was refused, up to the daemon's self-cleanup. Once it deleted its
 	// DaemonSet, the garbage collector takes its Role away, and a last
 	// request (releasing the leader Lease) may be refused by design.
-	f, err := os.Open(cp.AuditLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	type event struct {
-		Stage string `json:"stage"`
-		User  struct {
-			Username string `json:"username"`
-		} `json:"user"`
-		Verb           string    `json:"verb"`
-		RequestURI     string    `json:"requestURI"`
-		Received       time.Time `json:"requestReceivedTimestamp"`
-		ResponseStatus struct {
-			Code int `json:"code"`
-		} `json:"responseStatus"`
-	}
-	var events []event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev event
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" {
-			continue
-		}
-		if strings.HasPrefix(ev.User.Username, "system:serviceaccount:"+chartrender.Namespace+":sweep-e2e") {
+	var events []controlplane.AuditEvent
+	for _, ev := range controlplane.ReadAudit(t, cp.AuditLog()) {
+		if ev.Complete() && strings.HasPrefix(ev.User.Username, "system:serviceaccount:"+chartrender.Namespace+":sweep-e2e") {
 			events = append(events, ev)
 		}
 	}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -35,28 +33,12 @@ func sweepdRequests(t testing.TB, auditLog string) int {
 // Leases apart.
 func sweepdAudit(t testing.TB, auditLog string) (requests, leaseReads int) {
 	t.Helper()
-	f, err := os.Open(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev struct {
-			UserAgent string `json:"userAgent"`
-			Verb      string `json:"verb"`
-			ObjectRef struct {
-				Resource  string `json:"resource"`
-				Namespace string `json:"namespace"`
-			} `json:"objectRef"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "sweepd/") {
-			continue
-		}
-		if ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-node-lease" && ev.Verb == "get" {
+	for _, ev := range controlplane.ReadAudit(t, auditLog) {
+		switch {
+		case !ev.By("sweepd"):
+		case ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-node-lease" && ev.Verb == "get":
 			leaseReads++
-		} else {
+		default:
 			requests++
 		}
 	}

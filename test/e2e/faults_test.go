@@ -368,7 +368,7 @@ func TestUninstallAPIServerRestart(t *testing.T) {
 			}
 		}
 	}
-	evs := readAudit(t, cp.AuditLog())
+	evs := controlplane.ReadAudit(t, cp.AuditLog())
 	for _, d := range []struct{ resource, name string }{
 		{"configmaps", r.leftovers[0]}, {"configmaps", r.leftovers[1]}, {"clusterroles", r.leftoverRole}, {"daemonsets", r.name},
 	} {

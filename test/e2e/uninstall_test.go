@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,45 +350,10 @@ func (r *release) reported(t *testing.T, cs kubernetes.Interface, node string) b
 
 func gone(err error) bool { return apierrors.IsNotFound(err) }
 
-// auditEvent is the part of an audit event the tests look at.
-type auditEvent struct {
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef struct {
-		Resource, Namespace, Name string
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	Received time.Time `json:"requestReceivedTimestamp"`
-}
-
-func readAudit(t *testing.T, path string) []auditEvent {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var evs []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) == nil {
-			evs = append(evs, ev)
-		}
-	}
-	return evs
-}
-
 // sweepdDeletes returns sweepd's successful deletes of resource/name, in
 // order.
-func sweepdDeletes(evs []auditEvent, resource, name string) []auditEvent {
-	var out []auditEvent
+func sweepdDeletes(evs []controlplane.AuditEvent, resource, name string) []controlplane.AuditEvent {
+	var out []controlplane.AuditEvent
 	for _, ev := range evs {
 		if ev.Verb == "delete" && strings.HasPrefix(ev.UserAgent, "sweepd/") && ev.ObjectRef.Resource == resource &&
 			ev.ObjectRef.Name == name && ev.ResponseStatus.Code < 300 {
@@ -400,7 +364,7 @@ func sweepdDeletes(evs []auditEvent, resource, name string) []auditEvent {
 }
 
 // lastReport is when node's report Lease was last written by sweepd.
-func lastReport(evs []auditEvent, r *release, node string) time.Time {
+func lastReport(evs []controlplane.AuditEvent, r *release, node string) time.Time {
 	var at time.Time
 	name := uninstall.NodeLeaseName(r.name, node)
 	for _, ev := range evs {
@@ -508,7 +472,7 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		}
 	})
 
-	evs := readAudit(t, cp.AuditLog())
+	evs := controlplane.ReadAudit(t, cp.AuditLog())
 	t.Run("each resource deleted exactly once, after the late node reported", func(t *testing.T) {
 		lateAt := lastReport(evs, r, late.name)
 		if lateAt.IsZero() {

@@ -2,10 +2,8 @@ package cleanup_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -857,29 +855,13 @@ func TestSelfCleanupPod(t *testing.T) {
 // verb, in the API server's audit log.
 func auditVerbs(t *testing.T, path, resource, namespace string) map[string]int {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	verbs := map[string]int{}
-	dec := json.NewDecoder(f)
-	for {
-		var ev struct {
-			Stage     string
-			Verb      string
-			ObjectRef struct{ Resource, Namespace string }
-		}
-		if err := dec.Decode(&ev); err != nil {
-			if errors.Is(err, io.EOF) {
-				return verbs
-			}
-			t.Fatalf("audit log: %v", err)
-		}
-		if ev.Stage == "ResponseComplete" && ev.ObjectRef.Resource == resource && ev.ObjectRef.Namespace == namespace {
+	for _, ev := range controlplane.ReadAudit(t, path) {
+		if ev.Complete() && ev.ObjectRef.Resource == resource && ev.ObjectRef.Namespace == namespace {
 			verbs[ev.Verb]++
 		}
 	}
+	return verbs
 }
 
 // onMessage closes ch when a record with message msg is logged.

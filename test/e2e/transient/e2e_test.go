@@ -1,7 +1,6 @@
 package transient_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -455,26 +454,10 @@ func (c *cluster) checkClean(t *testing.T, ns string, within time.Duration) {
 // something in ns, in order, as "verb resource".
 func (c *cluster) pluginWrites(t *testing.T, ns string) []string {
 	t.Helper()
-	data, err := os.ReadFile(c.cp.AuditLog())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var writes []string
 	all := 0
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		var ev struct {
-			Verb      string `json:"verb"`
-			Stage     string `json:"stage"`
-			UserAgent string `json:"userAgent"`
-			ObjectRef struct {
-				Resource  string `json:"resource"`
-				Namespace string `json:"namespace"`
-			} `json:"objectRef"`
-		}
-		if len(line) == 0 || json.Unmarshal(line, &ev) != nil {
-			continue
-		}
-		if ev.Stage != "ResponseComplete" || ev.ObjectRef.Namespace != ns || !strings.HasPrefix(ev.UserAgent, pluginName+"/") {
+	for _, ev := range controlplane.ReadAudit(t, c.cp.AuditLog()) {
+		if !ev.Complete() || ev.ObjectRef.Namespace != ns || !ev.By(pluginName) {
 			continue
 		}
 		all++
