@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // TestClockStepped: each set of the wall clock is counted and logged with
@@ -58,7 +61,7 @@ func TestClockStepped(t *testing.T) {
 				cfg:     Config{Prune: prune.Config{MinAge: minAge}},
 				log:     slog.New(slog.NewJSONHandler(&logs, nil)),
 				clock:   clock,
-				metrics: newMetrics(t.TempDir(), nil, false, metricsConfig{}),
+				metrics: report.NewMetrics(report.MetricsConfig{Prune: prune.Config{Dir: t.TempDir()}}),
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
@@ -97,11 +100,29 @@ func TestClockStepped(t *testing.T) {
 			if want := wall.Add(minAge); tc.forward > 0 && !last.Trusted.Equal(want) {
 				t.Errorf("ages_trusted_from %s, want %s", last.Trusted, want)
 			}
-			got := gatherSeries(t, d.metrics)
+			got := counters(t, d.metrics.Registry())
 			if got["sweep_clock_steps_total"] != float64(len(tc.steps)) || got["sweep_clock_forward_steps_seconds_total"] != tc.counter {
 				t.Errorf("steps %v, forward seconds %v; want %d, %v", got["sweep_clock_steps_total"],
 					got["sweep_clock_forward_steps_seconds_total"], len(tc.steps), tc.counter)
 			}
 		})
 	}
+}
+
+// counters returns the registry's counters without labels, by name.
+func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.Counter != nil && len(m.GetLabel()) == 0 {
+				got[mf.GetName()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return got
 }

@@ -1,13 +1,14 @@
-// Package daemon is sweepd's node daemon: it schedules the prune of the
-// node's caches (package prune) and wires the rest around it, each part's
-// job in its own package: the views of the node and their proofs
-// (liveness), the check of deleted pods (deleted), CNI DEL (cnidel), the
-// uninstall cleanup (uninstall), the journal of removals (journal) and the
-// ranges' gauges (ranges). What it keeps itself is what joins them: the
-// lock that lets one run at a time, the pause and dry run read from the
-// Node, the metrics and /healthz and /readyz over HTTP, and the Node's
-// Events and condition. PruneOnce builds one cycle the same way, for
-// `sweepd prune`.
+// Package daemon is sweepd's node daemon: it starts the prune runs of the
+// node's caches (package prune), by the schedule, when a pause is lifted
+// and for the check of deleted pods, all through one function (run), and
+// wires the rest around them, each part's job in its own package: the
+// views of the node and their proofs (liveness), the check of deleted pods
+// (deleted), CNI DEL (cnidel), the uninstall cleanup (uninstall), and what
+// each run becomes (report: metrics, log lines, the Node's Events and
+// condition; journal; ranges' gauges). What it keeps itself is what joins
+// them: the lock that lets one run at a time, the pause and dry run read
+// from the Node, readiness, and /metrics, /healthz and /readyz over HTTP.
+// PruneOnce builds one cycle the same way, for `sweepd prune`.
 package daemon
 
 import (
@@ -22,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/rest"
@@ -33,6 +33,8 @@ import (
 	"github.com/sweep-k8s/sweep/journal"
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/ranges"
+	"github.com/sweep-k8s/sweep/report"
 	"github.com/sweep-k8s/sweep/uninstall"
 )
 
@@ -42,26 +44,16 @@ type Option func(*Daemon)
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// Uninstaller is a task that runs for the daemon's lifetime next to the
-// prune, with its metrics on the daemon's registry: the uninstall cleanup
-// (package uninstall). It returns only when ctx ends or it cannot go on.
-type Uninstaller interface {
-	Run(ctx context.Context) error
-	Collectors() []prometheus.Collector
-}
-
-// WithUninstall runs u next to the prune.
-func WithUninstall(u Uninstaller) Option { return func(d *Daemon) { d.uninstall = u } }
-
 // WithReadyNotifier calls f once, after the first sync (systemd's READY=1).
 func WithReadyNotifier(f func()) Option { return func(d *Daemon) { d.onReady = f } }
 
 // Daemon is a configured node daemon; Run runs it.
 type Daemon struct {
-	cfg       Config
-	log       *slog.Logger
-	onReady   func()
-	uninstall Uninstaller
+	cfg     Config
+	log     *slog.Logger
+	onReady func()
+	// uninstall is the uninstall cleanup, nil without it (Config.Uninstall).
+	uninstall *uninstall.Coordinator
 
 	schedule cron.Schedule
 	views    *liveness.Views
@@ -73,26 +65,19 @@ type Daemon struct {
 	pause    pause
 	// dryRunState is the dry run as the last run took it (pruneConfig).
 	dryRunState dryRunState
-	// failStreak counts the runs in a row that failed (noteFailure).
-	failStreak int
-	// condition is the Node's condition, nil unless NodeCondition.
-	condition *nodeCondition
-	events    *nodeEvents     // nil without the API server
-	journal   *journal.Writer // nil without a state directory
-	ranges    *rangeReader    // nil without a CNI configuration directory
-	// whereabouts is the gauge of the Whereabouts addresses the node's
-	// live pods hold.
-	whereabouts *whereaboutsHeld
-	// journalFailed: a write error was logged; the cycles run one at a
-	// time (running).
-	journalFailed bool
-	metrics       *metrics
-	synced        atomic.Bool // first sync done
-	proven        atomic.Bool // the last proof of the views succeeded
-	proofMu       sync.Mutex
-	proofSeen     bool       // a proof has been recorded
-	proofMsg      string     // its error, "" for success
-	running       sync.Mutex // held by the prune run in progress
+	// reporters take what each run became (run).
+	reporters report.Reporters
+	metrics   *report.Metrics
+	// problems posts the Warnings on the Node, and keeps its condition.
+	problems  *report.Problems
+	journal   *journal.Reporter // nil without a state directory
+	ranges    *ranges.Reader    // nil without a CNI configuration directory
+	synced    atomic.Bool       // first sync done
+	proven    atomic.Bool       // the last proof of the views succeeded
+	proofMu   sync.Mutex
+	proofSeen bool       // a proof has been recorded
+	proofMsg  string     // its error, "" for success
+	running   sync.Mutex // held by the prune run in progress
 	// deleted is the check of deleted pods, nil without it
 	// (Config.Deleted); checking is set while one of its runs holds
 	// running.
@@ -125,28 +110,11 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	d.views = views
 	d.health = newHealth(d.log)
-	if cfg.StateDir != "" {
-		// The record of the removals that outlives the log; without it
-		// the log and the Node's Events still have them.
-		if j, err := journal.Open(cfg.StateDir); err != nil {
-			d.log.Warn("no journal of removals in the state directory", "state_dir", cfg.StateDir, "error", err)
-		} else {
-			d.journal = j
-		}
-	}
-	if dc := views.Dynamic(); dc != nil && node != "" {
-		d.events = newNodeEvents(dc, node, d.log)
-		if cfg.NodeCondition {
-			d.condition = newNodeCondition(dc, node, d.log)
-		}
-	} else if cfg.NodeCondition {
-		d.log.Warn("the Node's condition is not set: with cri liveness the daemon has no API client", "condition", conditionType)
-	}
 	if err := d.buildUninstall(); err != nil {
 		return nil, err
 	}
 	d.deps, err = releaseDeps(d.cfg, prune.Deps{Logger: d.log, Paused: d.paused},
-		func(o cnidel.Observed) { d.metrics.observeDEL(o) })
+		func(o cnidel.Observed) { d.metrics.ObserveDEL(o) })
 	if err != nil {
 		return nil, err
 	}
@@ -160,8 +128,17 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		d.log.Info("deleted pods are not checked early: with cri liveness the daemon does not watch the node's pods; the scheduled runs prune their files",
 			"deleted_pod_grace", cfg.Deleted.Grace)
 	}
-	if d.journal != nil {
-		d.deps.OnFile = d.journal.File
+	whereabouts := ranges.NewWhereaboutsHeld()
+	if cfg.StateDir != "" {
+		// The record of the removals that outlives the log; without it
+		// the log and the Node's Events still have them.
+		d.journal = journal.NewReporter(cfg.StateDir, d.log)
+	}
+	d.deps.OnFile = func(f prune.File) {
+		whereabouts.File(f)
+		if d.journal != nil {
+			d.journal.File(f)
+		}
 	}
 	if pods := views.Pods(); pods != nil {
 		if d.deps.Release != nil && d.cfg.CNIDelYield > 0 {
@@ -173,38 +150,94 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		d.log.Info("CNI DELs do not yield to starting pods: with cri liveness the daemon does not watch the node's pods",
 			"cni_del_yield", d.cfg.CNIDelYield)
 	}
-	d.metrics = newMetrics(cfg.Prune.Dir, views.Pods(), views.Runtime() != nil, metricsConfig{
-		dryRun: cfg.Prune.DryRun, cniDel: d.deps.Release != nil, rebootAware: cfg.RebootAware, liveness: d.cfg.Liveness.Mode,
-		hostLocal: len(cfg.Prune.HostLocalDirs) > 0,
-		caches:    cfg.Prune.Caches(),
-	})
+	d.metrics = report.NewMetrics(report.MetricsConfig{Prune: cfg.Prune, Pods: views.Pods(), Runtime: views.Runtime() != nil,
+		Liveness: d.cfg.Liveness.Mode, CNIDel: d.deps.Release != nil, RebootAware: cfg.RebootAware})
 	if d.deleted != nil {
-		d.metrics.registry.MustRegister(d.deleted.Collectors()...)
+		d.metrics.MustRegister(d.deleted.Collectors()...)
 	}
-	d.whereabouts = newWhereaboutsHeld()
-	d.metrics.registry.MustRegister(d.whereabouts)
+	d.metrics.MustRegister(whereabouts)
 	if d.cfg.RebootAware {
-		d.boot = loadBoot(d.cfg, d.log, d.metrics.bootErrors.Inc)
+		d.boot = loadBoot(d.cfg, d.log, d.metrics.BootRecordError)
 	}
 	d.clock = prune.NewClockGuard()
 	d.sources = views.Sources()
 	d.sources.Boot, d.sources.Clock = d.boot, d.clock
 	if cfg.CNIConfDir != "" {
 		d.ranges = d.newRangeReader()
-		d.metrics.registry.MustRegister(d.ranges.gauges)
+		d.metrics.MustRegister(d.ranges.Collector())
 	}
 	if d.uninstall != nil {
-		if err := registerAll(d.metrics.registry, d.uninstall.Collectors()); err != nil {
-			return nil, err
-		}
+		d.metrics.MustRegister(d.uninstall.Collectors()...)
 	}
+	d.buildReporters(whereabouts)
 	return d, nil
 }
 
-// buildUninstall makes the uninstall cleanup from the configuration when
-// no option injected one.
+// buildReporters makes the reporters of the runs, in the order they
+// report. A new sink is one more here.
+func (d *Daemon) buildReporters(whereabouts *ranges.WhereaboutsHeld) {
+	var (
+		events    *report.NodeEvents
+		condition *report.NodeCondition
+	)
+	node := d.cfg.Liveness.NodeName
+	if dc := d.views.Dynamic(); dc != nil && node != "" {
+		events = report.NewNodeEvents(dc, node, d.log)
+		if d.cfg.NodeCondition {
+			condition = report.NewNodeCondition(dc, node, d.log)
+		}
+	} else if d.cfg.NodeCondition {
+		d.log.Warn("the Node's condition is not set: with cri liveness the daemon has no API client", "condition", report.ConditionType)
+	}
+	d.problems = report.NewProblems(events, condition)
+	d.reporters = report.Reporters{d.metrics}
+	if d.journal != nil {
+		d.reporters = append(d.reporters, d.journal)
+	}
+	if events != nil {
+		d.reporters = append(d.reporters, events)
+	}
+	d.reporters = append(d.reporters, report.NewLog(d.log), d.problems, whereabouts)
+	if d.ranges != nil {
+		d.reporters = append(d.reporters, d.ranges)
+	}
+}
+
+// newRangeReader makes the reader of the ranges of the daemon's CNI
+// configuration directory.
+func (d *Daemon) newRangeReader() *ranges.Reader {
+	// A reservation exists from the middle of its sandbox's ADD, and the
+	// runtime lists the sandbox once the ADD is done: as for the release,
+	// the minimum age, and at least the ADD's bound (prune.Config.ADDBound), before an unlisted
+	// sandbox's reservation is dead.
+	grace := max(d.cfg.Prune.MinAge, d.cfg.Prune.ADDBound())
+	if d.cfg.AllowShortIntervals {
+		grace = d.cfg.Prune.MinAge
+	}
+	return ranges.NewReader(d.cfg.CNIConfDir, grace, d.trustedSandboxes, d.log)
+}
+
+// trustedSandboxes returns the runtime's list of sandboxes when the views
+// are proven to be this node's and the list is complete; else nil, and the
+// ranges say reserved rather than guess who holds an address.
+func (d *Daemon) trustedSandboxes(ctx context.Context) ranges.Sandboxes {
+	src := d.sources.Sandboxes
+	if src == nil || !d.proven.Load() {
+		return nil
+	}
+	idx, err := src.Sandboxes(ctx)
+	if err != nil || !idx.Synced() {
+		if err != nil {
+			d.log.Debug("ranges read without the runtime's sandboxes", "error", err)
+		}
+		return nil
+	}
+	return idx
+}
+
+// buildUninstall makes the uninstall cleanup from the configuration.
 func (d *Daemon) buildUninstall() error {
-	if d.cfg.Uninstall == nil || d.uninstall != nil {
+	if d.cfg.Uninstall == nil {
 		return nil
 	}
 	if d.cfg.Liveness.RESTConfig == nil {
@@ -272,14 +305,13 @@ func watchClock(ctx context.Context, wg *sync.WaitGroup, clock *prune.ClockGuard
 // files back, so only it is a warning: a node whose time sync sets the clock
 // every minute logs no warning for sets that hold nothing back.
 func (d *Daemon) clockStepped(s prune.ClockStep) {
-	d.metrics.clockSteps.Inc()
+	d.metrics.ClockStepped(max(s.Size, 0).Seconds())
 	minAge := d.cfg.Prune.MinAge
 	switch {
 	case s.Err != nil:
 		d.log.Warn("the wall clock was set, but its step cannot be measured; until it is, no file is old",
 			"min_age", minAge, "error", s.Err)
 	case s.Size > 0:
-		d.metrics.clockFwd.Add(s.Size.Seconds())
 		st := d.clock.State(minAge)
 		msg := "the wall clock was set forward: files older than the minimum age by less than forward_steps are kept (clock-unsettled) until ages_trusted_from"
 		if s.Suspended > 0 {
@@ -330,7 +362,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.views.Run(ctx) })
 	wg.Go(func() { d.watchState(ctx, &wg, time.Second) })
 	if d.ranges != nil {
-		wg.Go(func() { d.ranges.loop(ctx) })
+		wg.Go(func() { d.ranges.Loop(ctx) })
 	}
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
@@ -451,7 +483,9 @@ func (d *Daemon) proveLoop(ctx context.Context) {
 			if !notified {
 				// The ranges' first read with the runtime's sandboxes
 				// trusted, rather than at the next tick.
-				d.refreshRanges(ctx)
+				if d.ranges != nil {
+					d.ranges.Refresh(ctx)
+				}
 			}
 			notified = true
 		}
@@ -491,7 +525,7 @@ func (d *Daemon) setProven(err error) {
 		err = pe // as the prove loop reports it, not wrapped by a cycle
 	}
 	d.proven.Store(err == nil)
-	d.metrics.proven.Set(boolFloat(err == nil))
+	d.metrics.SetProven(err == nil)
 	msg := ""
 	if err != nil {
 		msg = err.Error()

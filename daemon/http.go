@@ -22,7 +22,7 @@ func (d *Daemon) serve(ctx context.Context, wg *sync.WaitGroup, errc chan<- erro
 		return nil, fmt.Errorf("listen on %s: %w", d.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry(), promhttp.HandlerOpts{Registry: d.metrics.Registry()}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {

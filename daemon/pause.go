@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/liveness"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // pauseReason says what pauses the daemon now ("" when nothing does): its
@@ -78,9 +79,9 @@ func (d *Daemon) notePause(ctx context.Context, wg *sync.WaitGroup) string {
 		d.pause.heldUp = false
 	}
 	d.pause.mu.Unlock()
-	d.metrics.paused.Set(boolFloat(why != ""))
-	if why != "" && pausedFor >= warnPausedFor {
-		d.warnNode(ctx, warnPaused, fmt.Sprintf("paused for %s (%s): nothing is removed, DELed or released", pausedFor.Round(time.Minute), why))
+	d.metrics.SetPaused(why != "")
+	if why != "" && pausedFor >= report.WarnPausedFor {
+		d.problems.Warn(ctx, report.WarnPaused, fmt.Sprintf("paused for %s (%s): nothing is removed, DELed or released", pausedFor.Round(time.Minute), why))
 	}
 	switch {
 	case !changed:

@@ -6,10 +6,12 @@ package journal
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // File names in the state directory: the journal, and the one it replaced
@@ -154,4 +157,76 @@ func Read(dir string, n int) ([]Record, error) {
 		recs = slices.Clone(recs[len(recs)-n:])
 	}
 	return recs, nil
+}
+
+// Reporter keeps the journal of a daemon's runs: File records each removal
+// as it happens (prune.Deps.OnFile), Report writes what a run left
+// buffered when it ends (a report.Reporter). The journal is opened at the
+// first removal, its directory made if need be, and tried again at the
+// next run when that fails: a state directory made after the daemon
+// started still gets the journal. A failure is logged once.
+type Reporter struct {
+	dir string
+	log *slog.Logger
+
+	w      *Writer
+	tried  bool // this run tried to open the journal
+	failed bool // a failure was logged
+}
+
+// NewReporter keeps the journal in dir.
+func NewReporter(dir string, log *slog.Logger) *Reporter { return &Reporter{dir: dir, log: log} }
+
+// File records f (prune.Deps.OnFile); runs call it one file at a time.
+func (r *Reporter) File(f prune.File) {
+	if !f.Remove || f.DryRun {
+		return
+	}
+	if r.w == nil {
+		if r.tried {
+			return
+		}
+		r.tried = true
+		w, err := openDir(r.dir)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		r.w = w
+	}
+	r.w.File(f)
+}
+
+// Report implements report.Reporter.
+func (r *Reporter) Report(_ context.Context, _ report.Run) {
+	r.tried = false
+	if r.w != nil {
+		if err := r.w.Flush(); err != nil {
+			r.fail(err)
+		}
+	}
+}
+
+// Close closes the journal, once no run can write to it.
+func (r *Reporter) Close() error {
+	if r.w == nil {
+		return nil
+	}
+	return r.w.Close()
+}
+
+func (r *Reporter) fail(err error) {
+	if r.failed {
+		return
+	}
+	r.failed = true
+	r.log.Warn("cannot write the journal of removals; the log and the Node's Events still have them", "state_dir", r.dir, "error", err)
+}
+
+// openDir opens the journal in dir, making dir first if it is not there.
+func openDir(dir string) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return Open(dir)
 }

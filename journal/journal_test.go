@@ -1,12 +1,17 @@
 package journal
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 func removed(i int) prune.File {
@@ -70,5 +75,55 @@ func TestJournal(t *testing.T) {
 	tail, err := Read(dir, 10)
 	if err != nil || len(tail) != 10 || tail[9] != last {
 		t.Fatalf("last 10: %d records, %v; want the 10 latest", len(tail), err)
+	}
+}
+
+// TestReporter: the daemon's journal is opened at the first removal, its
+// state directory made if it is not there yet (a daemon started before it
+// would otherwise journal nothing for its whole life, issue 52), tried
+// again at the next run when it cannot be, and a failure is logged once.
+func TestReporter(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "state")
+	var logs bytes.Buffer
+	r := NewReporter(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx := context.Background()
+
+	// A run that removes nothing opens nothing.
+	kept := removed(0)
+	kept.Remove = false
+	r.File(kept)
+	r.Report(ctx, report.Run{})
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a run that removed nothing made the state directory: %v", err)
+	}
+
+	// The state directory cannot be made (a file in its way): the removals
+	// of this run are not journaled, and that is said once.
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.File(removed(1))
+	r.File(removed(2))
+	r.Report(ctx, report.Run{})
+	r.File(removed(3))
+	r.Report(ctx, report.Run{})
+	if n := strings.Count(logs.String(), "cannot write the journal"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+
+	// Once it can be made, the next run's removals are journaled.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	r.File(removed(4))
+	r.File(removed(5))
+	r.Report(ctx, report.Run{})
+	recs, err := Read(dir, 0)
+	if err != nil || len(recs) != 2 || recs[0].Pod != "default/web-4" {
+		t.Fatalf("Read: %v, %+v; want web-4 and web-5", err, recs)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

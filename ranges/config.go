@@ -7,8 +7,11 @@
 // directory: one file per reserved address, <dataDir>/<network>/<address>.
 // The counts are what an operator needs to see a range run dry: addresses
 // in use by a sandbox the container runtime lists, held by one it does not
-// list (leaked), and free. The package decides nothing and removes
-// nothing; it imports no client-go.
+// list (leaked), and free. The daemon's gauges of them are the package's
+// too (Reader), as is the gauge of the Whereabouts addresses the node's
+// live pods hold (WhereaboutsHeld), both reporters of the daemon's runs
+// (package report). The package decides nothing and removes nothing; it
+// imports no client-go.
 package ranges
 
 import (

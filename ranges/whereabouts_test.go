@@ -1,4 +1,4 @@
-package daemon
+package ranges
 
 import (
 	"encoding/json"
@@ -45,8 +45,8 @@ func TestWhereaboutsCount(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "results"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var live liveFiles
-	onFile := live.collect(nil)
+	g := NewWhereaboutsHeld()
+	onFile := g.File
 	n := 0
 	file := func(content []byte, reason prune.Reason, remove bool) string {
 		t.Helper()
@@ -71,7 +71,7 @@ func TestWhereaboutsCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	onFile(prune.File{Cache: prune.CacheMultus, CacheDir: dir, Phase: prune.PhaseResults, Name: "link", Reason: prune.ReasonPodLive})
-	c := live.whereabouts()
+	c := g.live.whereabouts()
 	want := map[string]int{"wb": 2, "dual": 2}
 	if fmt.Sprint(c) != fmt.Sprint(want) {
 		t.Fatalf("counted %v, want %v", c, want)
@@ -80,7 +80,7 @@ func TestWhereaboutsCount(t *testing.T) {
 		net := fmt.Sprint("net-", i)
 		file(cacheContent(t, net, fmt.Sprintf(wb, net), "10.10.1.1/24"), prune.ReasonPodLive, false)
 	}
-	c = live.whereabouts()
+	c = g.live.whereabouts()
 	if len(c) != maxWhereaboutsNetworks+1 || c["other"] != 5 {
 		t.Fatalf("%d networks, other %d; want %d and 5", len(c), c["other"], maxWhereaboutsNetworks+1)
 	}

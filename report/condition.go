@@ -1,4 +1,4 @@
-package daemon
+package report
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // node-problem-detector's model: True names a problem (its reason one of
 // the Warning Events'), False that the last run completed.
 const (
-	conditionType    = "SweepProblem"
+	ConditionType    = "SweepProblem"
 	conditionHealthy = "PruneCompleted"
 	conditionTimeout = 10 * time.Second
 )
@@ -25,9 +25,9 @@ const (
 // nodesResource is the core API's Node.
 var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
-// nodeCondition patches the Node's SweepProblem condition when its status
+// NodeCondition patches the Node's SweepProblem condition when its status
 // or reason changes: a handful of writes in a node's life, not one a run.
-type nodeCondition struct {
+type NodeCondition struct {
 	nodes dynamic.ResourceInterface
 	node  string
 	log   *slog.Logger
@@ -37,13 +37,14 @@ type nodeCondition struct {
 	failed bool   // a failure was logged at WARN; the next ones at DEBUG
 }
 
-func newNodeCondition(client dynamic.Interface, node string, log *slog.Logger) *nodeCondition {
-	return &nodeCondition{nodes: client.Resource(nodesResource), node: node, log: log}
+// NewNodeCondition keeps the condition of node through client.
+func NewNodeCondition(client dynamic.Interface, node string, log *slog.Logger) *NodeCondition {
+	return &NodeCondition{nodes: client.Resource(nodesResource), node: node, log: log}
 }
 
 // set makes the condition's status problem (True) or not, with reason and
 // message, unless it already has that status and reason.
-func (c *nodeCondition) set(ctx context.Context, problem bool, reason, message string) {
+func (c *NodeCondition) set(ctx context.Context, problem bool, reason, message string) {
 	status := "False"
 	if problem {
 		status = "True"
@@ -61,7 +62,7 @@ func (c *nodeCondition) set(ctx context.Context, problem bool, reason, message s
 	// A strategic merge keyed by the condition's type: the kubelet's and
 	// other tools' conditions stay as they are.
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
-		"type": conditionType, "status": status, "reason": reason, "message": message,
+		"type": ConditionType, "status": status, "reason": reason, "message": message,
 		"lastHeartbeatTime": now, "lastTransitionTime": now,
 	}}}})
 	if err == nil {
@@ -76,7 +77,7 @@ func (c *nodeCondition) set(ctx context.Context, problem bool, reason, message s
 		}
 		c.failed = true
 		c.log.Log(ctx, level, "cannot set the Node's condition (it needs patch on nodes/status); the Events, the log and the metrics still say it",
-			"condition", conditionType, "status", status, "reason", reason, "error", err)
+			"condition", ConditionType, "status", status, "reason", reason, "error", err)
 		return
 	}
 	c.last = key

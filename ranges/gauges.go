@@ -1,4 +1,4 @@
-package daemon
+package ranges
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sweep-k8s/sweep/ranges"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // maxRangeNetworks bounds the host-local networks that have series: their
@@ -35,7 +35,7 @@ type rangeGauges struct {
 
 	mu sync.Mutex
 	// rep is the last read's report, its counts capped.
-	rep ranges.Report
+	rep Report
 	// omittedN counts the networks past maxRangeNetworks.
 	omittedN int
 	read     bool // a read has been done
@@ -91,21 +91,23 @@ func (g *rangeGauges) Collect(ch chan<- prometheus.Metric) {
 
 // set replaces the gauges with a read's report and the number of networks
 // left out of it.
-func (g *rangeGauges) set(rep ranges.Report, omitted int) {
+func (g *rangeGauges) set(rep Report, omitted int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rep, g.omittedN, g.read = rep, omitted, true
 }
 
-// rangeReader reads the ranges for the daemon: from its CNI configuration
-// directory, with the runtime's sandboxes when it has them.
-type rangeReader struct {
+// Reader keeps the gauges of host-local's ranges for the daemon: it reads
+// them from its CNI configuration directory, with the runtime's sandboxes
+// when it has them, every minute (Loop) and as each run ends (Report), so
+// that what a run released shows at once.
+type Reader struct {
 	confDir string
 	// grace: an unlisted sandbox's reservation younger than it is young.
 	grace time.Duration
 	// sandboxes returns the runtime's list of sandboxes, nil when there is
 	// none to trust now.
-	sandboxes func(ctx context.Context) ranges.Sandboxes
+	sandboxes func(ctx context.Context) Sandboxes
 	gauges    *rangeGauges
 	log       *slog.Logger
 
@@ -116,20 +118,35 @@ type rangeReader struct {
 	lastOmitted  int
 }
 
-// refresh reads the ranges once and sets the gauges; a read already in
+// NewReader reads the ranges of the CNI configuration directory confDir:
+// an unlisted sandbox's reservation younger than grace is young; sandboxes
+// returns the runtime's list of sandboxes, nil when there is none to trust
+// now.
+func NewReader(confDir string, grace time.Duration, sandboxes func(context.Context) Sandboxes, log *slog.Logger) *Reader {
+	return &Reader{confDir: confDir, grace: grace, sandboxes: sandboxes, gauges: newRangeGauges(), log: log}
+}
+
+// Collector is the gauges, for the daemon's registry.
+func (r *Reader) Collector() prometheus.Collector { return r.gauges }
+
+// Report implements report.Reporter: what a run released shows in the
+// ranges at once.
+func (r *Reader) Report(ctx context.Context, _ report.Run) { r.Refresh(ctx) }
+
+// Refresh reads the ranges once and sets the gauges; a read already in
 // progress makes it return at once.
-func (r *rangeReader) refresh(ctx context.Context) {
+func (r *Reader) Refresh(ctx context.Context) {
 	if !r.mu.TryLock() {
 		return
 	}
 	defer r.mu.Unlock()
-	nets, problems := ranges.Networks(r.confDir)
+	nets, problems := Networks(r.confDir)
 	omitted := 0
 	if len(nets) > maxRangeNetworks {
 		omitted = len(nets) - maxRangeNetworks
 		nets = nets[:maxRangeNetworks]
 	}
-	rep := ranges.Read(ctx, nets, ranges.Options{Sandboxes: r.sandboxes(ctx), Grace: r.grace})
+	rep := Read(ctx, nets, Options{Sandboxes: r.sandboxes(ctx), Grace: r.grace})
 	if ctx.Err() != nil {
 		return // a read cut short would show ranges as missing
 	}
@@ -139,7 +156,7 @@ func (r *rangeReader) refresh(ctx context.Context) {
 }
 
 // warn logs the problems and the networks left out when they changed.
-func (r *rangeReader) warn(problems []error, omitted, counted int) {
+func (r *Reader) warn(problems []error, omitted, counted int) {
 	msgs := make([]string, 0, len(problems))
 	for _, p := range problems {
 		msgs = append(msgs, p.Error())
@@ -161,58 +178,16 @@ func (r *rangeReader) warn(problems []error, omitted, counted int) {
 	}
 }
 
-// loop refreshes the ranges every rangesEvery until ctx ends.
-func (r *rangeReader) loop(ctx context.Context) {
+// Loop refreshes the ranges every rangesEvery until ctx ends.
+func (r *Reader) Loop(ctx context.Context) {
 	t := time.NewTicker(rangesEvery)
 	defer t.Stop()
 	for {
-		r.refresh(ctx)
+		r.Refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// newRangeReader makes the reader of the ranges of the daemon's CNI
-// configuration directory.
-func (d *Daemon) newRangeReader() *rangeReader {
-	// A reservation exists from the middle of its sandbox's ADD, and the
-	// runtime lists the sandbox once the ADD is done: as for the release,
-	// the minimum age, and at least the ADD's bound (prune.Config.ADDBound), before an unlisted
-	// sandbox's reservation is dead.
-	grace := max(d.cfg.Prune.MinAge, d.cfg.Prune.ADDBound())
-	if d.cfg.AllowShortIntervals {
-		grace = d.cfg.Prune.MinAge
-	}
-	return &rangeReader{
-		confDir: d.cfg.CNIConfDir, grace: grace, sandboxes: d.trustedSandboxes, gauges: newRangeGauges(),
-		log: d.log,
-	}
-}
-
-// trustedSandboxes returns the runtime's list of sandboxes when the views
-// are proven to be this node's and the list is complete; else nil, and the
-// ranges say reserved rather than guess who holds an address.
-func (d *Daemon) trustedSandboxes(ctx context.Context) ranges.Sandboxes {
-	src := d.sources.Sandboxes
-	if src == nil || !d.proven.Load() {
-		return nil
-	}
-	idx, err := src.Sandboxes(ctx)
-	if err != nil || !idx.Synced() {
-		if err != nil {
-			d.log.Debug("ranges read without the runtime's sandboxes", "error", err)
-		}
-		return nil
-	}
-	return idx
-}
-
-// refreshRanges reads the ranges now, when they are counted.
-func (d *Daemon) refreshRanges(ctx context.Context) {
-	if d.ranges != nil {
-		d.ranges.refresh(ctx)
 	}
 }

@@ -1,6 +1,7 @@
-package daemon
+package ranges
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sweep-k8s/sweep/internal/nofollow"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // Whereabouts' pools are the cluster's, in custom resources: a node alone
@@ -25,27 +27,32 @@ import (
 // network="other".
 const maxWhereaboutsNetworks = 32
 
-// whereaboutsHeld is the gauge of the addresses this node's live pods hold
+// WhereaboutsHeld is the gauge of the addresses this node's live pods hold
 // in Whereabouts networks, by network, as the last complete scheduled run
-// counted them.
-type whereaboutsHeld struct {
+// counted them: it notes the live results files as the run goes (File, a
+// prune.Deps.OnFile) and counts them when it ends (Report).
+type WhereaboutsHeld struct {
 	desc *prometheus.Desc
 
 	mu   sync.Mutex
 	last map[string]int // nil until a complete run counted
+	// live are the current run's live results files; runs come one at a
+	// time.
+	live liveFiles
 }
 
-func newWhereaboutsHeld() *whereaboutsHeld {
-	return &whereaboutsHeld{desc: prometheus.NewDesc("sweep_whereabouts_addresses",
+// NewWhereaboutsHeld makes the gauge.
+func NewWhereaboutsHeld() *WhereaboutsHeld {
+	return &WhereaboutsHeld{desc: prometheus.NewDesc("sweep_whereabouts_addresses",
 		"Addresses of Whereabouts networks that this node's live pods hold, by network (the multus cache's networkName; past 32 networks, other), as the last complete prune run read them from the cache.",
 		[]string{"network"}, nil)}
 }
 
 // Describe implements prometheus.Collector.
-func (g *whereaboutsHeld) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+func (g *WhereaboutsHeld) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
 // Collect implements prometheus.Collector.
-func (g *whereaboutsHeld) Collect(ch chan<- prometheus.Metric) {
+func (g *WhereaboutsHeld) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for network, n := range g.last {
@@ -54,29 +61,33 @@ func (g *whereaboutsHeld) Collect(ch chan<- prometheus.Metric) {
 }
 
 // set replaces the counts with a complete run's.
-func (g *whereaboutsHeld) set(counts map[string]int) {
+func (g *WhereaboutsHeld) set(counts map[string]int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.last = counts
+}
+
+// File notes f if it is a live results file (prune.Deps.OnFile).
+func (g *WhereaboutsHeld) File(f prune.File) {
+	if f.Phase == prune.PhaseResults && !f.Remove && (f.Reason == prune.ReasonPodLive || f.Reason == prune.ReasonSandboxLive) {
+		g.live = append(g.live, f)
+	}
+}
+
+// Report implements report.Reporter: a complete scheduled run saw every
+// live pod's results file, and its count replaces the gauge's.
+func (g *WhereaboutsHeld) Report(_ context.Context, r report.Run) {
+	live := g.live
+	g.live = nil
+	if r.Kind == report.Scheduled && r.Completed() {
+		g.set(live.whereabouts())
+	}
 }
 
 // liveFiles are the results files a scheduled run kept because their pod or
 // sandbox is live: the few files (a node's pods have one per attachment)
 // whose addresses the gauge counts.
 type liveFiles []prune.File
-
-// collect returns an OnFile that notes each live results file, then calls
-// next (when set).
-func (l *liveFiles) collect(next func(prune.File)) func(prune.File) {
-	return func(f prune.File) {
-		if f.Phase == prune.PhaseResults && !f.Remove && (f.Reason == prune.ReasonPodLive || f.Reason == prune.ReasonSandboxLive) {
-			*l = append(*l, f)
-		}
-		if next != nil {
-			next(f)
-		}
-	}
-}
 
 // whereabouts counts the addresses of Whereabouts networks in the live
 // files, reading each again, as the run does: without following a link,

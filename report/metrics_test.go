@@ -1,14 +1,17 @@
-package daemon
+package report
 
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/sweep-k8s/sweep/cnidel"
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
 )
@@ -24,16 +27,14 @@ func summary(dryRun bool, scanned, errs int, removedBy map[prune.Reason]int) *pr
 	for _, n := range removedBy {
 		removed += n
 	}
-	return &prune.Summary{
-		DryRun: dryRun,
-		FileCounts: prune.FileCounts{
-			Scanned:   map[prune.Phase]int{prune.PhaseResults: scanned},
-			Removed:   map[prune.Phase]int{prune.PhaseResults: removed},
-			RemovedBy: removedBy,
-			Kept:      map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
-			Errors:    errs,
-		},
+	counts := prune.FileCounts{
+		Scanned:   map[prune.Phase]int{prune.PhaseResults: scanned},
+		Removed:   map[prune.Phase]int{prune.PhaseResults: removed},
+		RemovedBy: removedBy,
+		Kept:      map[prune.Reason]int{prune.ReasonPodLive: scanned - removed},
+		Errors:    errs,
 	}
+	return &prune.Summary{DryRun: dryRun, FileCounts: counts, Caches: []*prune.CacheSummary{{Name: prune.CacheMultus, FileCounts: counts}}}
 }
 
 // TestMetricsObserve checks what Prometheus sees after a sequence of runs:
@@ -101,7 +102,7 @@ func TestMetricsObserve(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := newMetrics(t.TempDir(), nil, false, metricsConfig{dryRun: c.dryRun})
+			m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir(), DryRun: c.dryRun}})
 			for _, r := range c.runs {
 				m.observe(r.sum, r.err)
 			}
@@ -163,7 +164,8 @@ func TestMetricsReservations(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := newMetrics(t.TempDir(), nil, true, metricsConfig{dryRun: c.dryRun, liveness: liveness.ModeCRI, hostLocal: true})
+			m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir(), DryRun: c.dryRun, HostLocalDirs: []string{"/var/lib/cni/networks"}},
+				Runtime: true, Liveness: liveness.ModeCRI})
 			for _, r := range c.runs {
 				m.observe(r.sum, r.err)
 			}
@@ -178,7 +180,7 @@ func TestMetricsReservations(t *testing.T) {
 		})
 	}
 	// Without the release, no such series.
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeCRI})
+	m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir()}, Runtime: true, Liveness: liveness.ModeCRI})
 	for series := range gatherSeries(t, m) {
 		if strings.HasPrefix(series, "sweep_host_local_") {
 			t.Errorf("series %s without --release-host-local-dir", series)
@@ -198,7 +200,7 @@ func TestMetricsPerCache(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name       string
-		configured []prune.CacheName
+		runtimeDir string // the runtime's cache pruned too
 		caches     []*prune.CacheSummary
 		want       map[string]float64
 		absent     []string
@@ -212,7 +214,7 @@ func TestMetricsPerCache(t *testing.T) {
 			absent: []string{`sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`, `sweep_cache_disk_bytes{cache="runtime"}`},
 		},
 		{
-			name: "both caches", configured: []prune.CacheName{prune.CacheMultus, prune.CacheRuntime},
+			name: "both caches", runtimeDir: "/var/lib/cni/results",
 			caches: []*prune.CacheSummary{cache(prune.CacheMultus, 10, 3, 28672), cache(prune.CacheRuntime, 5, 4, 4096)},
 			want: map[string]float64{
 				`sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3, `sweep_prune_removals_total{cache="runtime",reason="pod-gone"}`: 4,
@@ -225,7 +227,7 @@ func TestMetricsPerCache(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMetrics(t.TempDir(), nil, false, metricsConfig{caches: tc.configured})
+			m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir(), RuntimeDir: tc.runtimeDir}})
 			sum := &prune.Summary{FileCounts: prune.FileCounts{Scanned: map[prune.Phase]int{}, Removed: map[prune.Phase]int{},
 				RemovedBy: map[prune.Reason]int{}, Kept: map[prune.Reason]int{}}, Caches: tc.caches}
 			m.observe(sum, nil)
@@ -251,8 +253,8 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is needed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{liveness: liveness.ModeBoth, cniDel: true, rebootAware: true, caches: []prune.CacheName{prune.CacheMultus, prune.CacheRuntime},
-		hostLocal: true})
+	m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir(), RuntimeDir: "/var/lib/cni/results", HostLocalDirs: []string{"/var/lib/cni/networks"}},
+		Runtime: true, Liveness: liveness.ModeBoth, CNIDel: true, RebootAware: true})
 	m.observe(withReservations(summary(false, 3, 0, map[prune.Reason]int{prune.ReasonSandboxGone: 1}), 1), nil)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(exposition(t, m))
@@ -269,7 +271,7 @@ func TestMetricsLint(t *testing.T) {
 }
 
 // exposition is the registry in the text format, as /metrics serves it.
-func exposition(t *testing.T, m *metrics) []byte {
+func exposition(t *testing.T, m *Metrics) []byte {
 	t.Helper()
 	mfs, err := m.registry.Gather()
 	if err != nil {
@@ -287,7 +289,7 @@ func exposition(t *testing.T, m *metrics) []byte {
 
 // gatherSeries returns the gauges and counters of the registry by series:
 // the name, with its labels in the exposition's order when it has any.
-func gatherSeries(t *testing.T, m *metrics) map[string]float64 {
+func gatherSeries(t *testing.T, m *Metrics) map[string]float64 {
 	t.Helper()
 	mfs, err := m.registry.Gather()
 	if err != nil {
@@ -313,4 +315,48 @@ func gatherSeries(t *testing.T, m *metrics) map[string]float64 {
 		}
 	}
 	return series
+}
+
+// TestObserveDELBounded: the plugin types come from cache files; past
+// maxDELLabels pairs, and for names no plugin has, they count as other.
+func TestObserveDELBounded(t *testing.T) {
+	m := NewMetrics(MetricsConfig{Prune: prune.Config{Dir: t.TempDir()}, CNIDel: true})
+	for i := range maxDELLabels + 5 {
+		m.ObserveDEL(cnidel.Observed{Plugin: fmt.Sprintf("p%d", i), IPAM: "host-local", Duration: time.Millisecond})
+	}
+	m.ObserveDEL(cnidel.Observed{Plugin: "bridge", Duration: time.Millisecond})
+	m.ObserveDEL(cnidel.Observed{Plugin: "p0", IPAM: "host-local", Duration: time.Millisecond})
+	m.ObserveDEL(cnidel.Observed{Plugin: strings.Repeat("x", 65), IPAM: "host-local", Duration: time.Millisecond})
+	counts := map[[2]string]uint64{}
+	mfs, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sweep_cni_del_duration_seconds" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			var key [2]string
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "plugin" {
+					key[0] = l.GetValue()
+				} else {
+					key[1] = l.GetValue()
+				}
+			}
+			counts[key] = s.GetHistogram().GetSampleCount()
+		}
+	}
+	if len(counts) != maxDELLabels+1 {
+		t.Errorf("%d series, want %d and other", len(counts), maxDELLabels)
+	}
+	for key, want := range map[[2]string]uint64{
+		{"p0", "host-local"}: 2,
+		{"other", "other"}:   5 + 2, // the pairs past the bound, bridge without IPAM, the over-long name
+	} {
+		if counts[key] != want {
+			t.Errorf("%v: %d DELs, want %d (all: %v)", key, counts[key], want, counts)
+		}
+	}
 }

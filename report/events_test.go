@@ -1,4 +1,4 @@
-package daemon
+package report
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package daemon
+package ranges
 
 import (
 	"bytes"
@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/sweep-k8s/sweep/cachefile"
-	"github.com/sweep-k8s/sweep/ranges"
 )
 
 // fakeSandboxes is the runtime's list: the sandboxes it names.
@@ -53,17 +55,15 @@ func TestRangeGauges(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(data, "pods", fmt.Sprintf("10.1.0.%d", i)), id+"\r\neth0", old)
 	}
-	var sb ranges.Sandboxes = fakeSandboxes{liveID: {}}
-	m := newMetrics(t.TempDir(), nil, true, metricsConfig{})
-	g := newRangeGauges()
-	m.registry.MustRegister(g)
-	r := &rangeReader{confDir: conf, grace: 5 * time.Minute, gauges: g, log: slog.New(slog.DiscardHandler),
-		sandboxes: func(context.Context) ranges.Sandboxes { return sb }}
+	var sb Sandboxes = fakeSandboxes{liveID: {}}
+	r := NewReader(conf, 5*time.Minute, func(context.Context) Sandboxes { return sb }, slog.New(slog.DiscardHandler))
+	m := prometheus.NewRegistry()
+	m.MustRegister(r.Collector())
 
 	if got := gatherSeries(t, m); len(filterSeries(got, "sweep_host_local_")) != 0 {
 		t.Errorf("series before the first read: %v", filterSeries(got, "sweep_host_local_"))
 	}
-	r.refresh(context.Background())
+	r.Refresh(context.Background())
 	want := map[string]float64{
 		`sweep_host_local_range_addresses{network="pods",range="10.1.0.0/28"}`:           13,
 		`sweep_host_local_addresses{network="pods",range="10.1.0.0/28",state="in_use"}`:  1,
@@ -83,7 +83,7 @@ func TestRangeGauges(t *testing.T) {
 
 	// Without a list to trust, who holds them is not guessed.
 	sb = nil
-	r.refresh(context.Background())
+	r.Refresh(context.Background())
 	checkSeries(t, m, map[string]float64{
 		`sweep_host_local_range_addresses{network="pods",range="10.1.0.0/28"}`:            13,
 		`sweep_host_local_addresses{network="pods",range="10.1.0.0/28",state="reserved"}`: 11,
@@ -102,7 +102,7 @@ func TestRangeGauges(t *testing.T) {
 			fmt.Sprintf(`{"name":"n%02d","type":"bridge","ipam":{"type":"host-local","dataDir":"%s","subnet":"10.2.%d.0/24"}}`, i, data, i), time.Now())
 	}
 	writeFile(t, filepath.Join(conf, "99-broken.conf"), "{", time.Now())
-	r.refresh(context.Background())
+	r.Refresh(context.Background())
 	got := gatherSeries(t, m)
 	if n := len(filterSeries(got, "sweep_host_local_range_addresses{")); n != maxRangeNetworks {
 		t.Errorf("%d ranges have series, want %d", n, maxRangeNetworks)
@@ -127,7 +127,7 @@ func filterSeries(series map[string]float64, prefix string) map[string]float64 {
 }
 
 // checkSeries checks that the sweep_host_local_ range series are want.
-func checkSeries(t *testing.T, m *metrics, want map[string]float64) {
+func checkSeries(t *testing.T, m *prometheus.Registry, want map[string]float64) {
 	t.Helper()
 	got := filterSeries(gatherSeries(t, m), "sweep_host_local_")
 	for k, v := range want {
@@ -140,4 +140,48 @@ func checkSeries(t *testing.T, m *metrics, want map[string]float64) {
 			t.Errorf("unexpected series %s", k)
 		}
 	}
+}
+
+// exposition is the registry in the text format, as /metrics serves it.
+func exposition(t *testing.T, reg *prometheus.Registry) []byte {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// gatherSeries returns the gauges of the registry by series: the name,
+// with its labels in the exposition's order when it has any.
+func gatherSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]float64{}
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			var labels []string
+			for _, l := range metric.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			name := mf.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			if metric.Gauge != nil {
+				series[name] = metric.GetGauge().GetValue()
+			}
+		}
+	}
+	return series
 }

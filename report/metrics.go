@@ -1,8 +1,8 @@
-package daemon
+package report
 
 import (
 	"cmp"
-	"fmt"
+	"context"
 	"runtime"
 	"strconv"
 	"sync"
@@ -18,28 +18,17 @@ import (
 	"github.com/sweep-k8s/sweep/prune"
 )
 
-// Reasons a scheduled prune is skipped; a closed set, used as a label.
-const (
-	skipNotSynced      = "not-synced"
-	skipStillRunning   = "still-running"
-	skipCRIUnavailable = "cri-unavailable"
-	// The views could not prove they are this node's (ErrNodeUnproven,
-	// ErrRuntimeUnproven).
-	skipNodeUnproven    = "node-unproven"
-	skipRuntimeUnproven = "runtime-unproven"
-	// A pause (--pause, the Node's annotation) skipped or stopped it.
-	skipPaused = "paused"
-)
-
 // Results of a CNI DEL; a closed set, used as a label.
 const (
 	cniDelSucceeded = "succeeded"
 	cniDelFailed    = "failed"
 )
 
-// metrics are the daemon's metrics, on a registry of its own so that tests
-// and several daemons in one process never collide.
-type metrics struct {
+// Metrics are the daemon's metrics, on a registry of its own so that tests
+// and several daemons in one process never collide: a reporter of the runs,
+// and the gauges and counters of what happens between them (the proof, the
+// pause, the clock, each CNI DEL).
+type Metrics struct {
 	registry *prometheus.Registry
 
 	removed     *prometheus.CounterVec
@@ -85,23 +74,27 @@ type metrics struct {
 // sweep_cni_del_duration_seconds; further pairs are counted as "other".
 const maxDELLabels = 16
 
-// metricsConfig is the configuration that the info metric reports: what
-// changes the meaning of the other series (a dry run removes nothing).
-type metricsConfig struct {
-	dryRun, cniDel, rebootAware bool
-	liveness                    liveness.Mode
-	// hostLocal: host-local reservations are released, and counted.
-	hostLocal bool
-	// caches are the caches the runs prune, each with series of its own
-	// (prune.Config.Caches); default multus's alone.
-	caches []prune.CacheName
+// MetricsConfig is what the series are made for.
+type MetricsConfig struct {
+	// Prune is the runs' configuration: the caches, each with series of
+	// its own, the dry run, the host-local directories whose reservations
+	// are counted when released.
+	Prune prune.Config
+	// Pods is the view of the node's pods, nil with cri liveness: the pod
+	// series are then absent, as sweep_runtime_sandboxes is without
+	// Runtime.
+	Pods    *liveness.PodView
+	Runtime bool
+	// Liveness, CNIDel and RebootAware change what the other series mean:
+	// sweep_config_info says them.
+	Liveness            liveness.Mode
+	CNIDel, RebootAware bool
 }
 
-// newMetrics makes the daemon's metrics; view is nil with cri liveness, and
-// the pod series are then absent, as sweep_runtime_sandboxes is without a
-// runtime.
-func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg metricsConfig) *metrics {
-	m := &metrics{
+// NewMetrics makes the daemon's metrics.
+func NewMetrics(cfg MetricsConfig) *Metrics {
+	view, cacheDir := cfg.Pods, cfg.Prune.Dir
+	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_prune_removed_files_total",
@@ -202,10 +195,7 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			Name: "sweep_cache_disk_bytes",
 			Help: "Disk space (allocated blocks) of the results and scratch files in the cache directories after the last prune run, by cache (multus, runtime).",
 		}, []string{"cache"}),
-		caches: cfg.caches,
-	}
-	if len(m.caches) == 0 {
-		m.caches = []prune.CacheName{prune.CacheMultus}
+		caches: cfg.Prune.Caches(),
 	}
 	if view != nil {
 		m.pods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -223,10 +213,10 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 		})
 		m.registry.MustRegister(m.pods, m.viewFresh)
 	}
-	if withRuntime {
+	if cfg.Runtime {
 		m.registry.MustRegister(m.sandboxes)
 	}
-	if cfg.hostLocal {
+	if len(cfg.Prune.HostLocalDirs) > 0 {
 		m.hlReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sweep_host_local_releases_total",
 			Help: "host-local reservations released (--release-host-local-dir), by reason (orphaned-reservation).",
@@ -250,8 +240,8 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 	for _, r := range []string{cniDelSucceeded, cniDelFailed} {
 		m.cniDels.WithLabelValues(r)
 	}
-	for _, r := range []string{skipNotSynced, skipStillRunning, skipCRIUnavailable, skipNodeUnproven, skipRuntimeUnproven, skipPaused} {
-		m.skipped.WithLabelValues(r)
+	for _, r := range Skips() {
+		m.skipped.WithLabelValues(string(r))
 	}
 	for _, c := range m.caches {
 		for _, p := range c.Phases() {
@@ -267,13 +257,13 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 			m.stale.WithLabelValues(string(c), string(r))
 		}
 	}
-	mode := cmp.Or(cfg.liveness, liveness.ModeAPI)
+	mode := cmp.Or(cfg.Liveness, liveness.ModeAPI)
 	configInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sweep_config_info",
 		Help: "The daemon's configuration that changes what the other series mean; always 1.",
 		ConstLabels: prometheus.Labels{
-			"dry_run": strconv.FormatBool(cfg.dryRun), "liveness": string(mode),
-			"cni_del": strconv.FormatBool(cfg.cniDel), "reboot_aware": strconv.FormatBool(cfg.rebootAware),
+			"dry_run": strconv.FormatBool(cfg.Prune.DryRun), "liveness": string(mode),
+			"cni_del": strconv.FormatBool(cfg.CNIDel), "reboot_aware": strconv.FormatBool(cfg.RebootAware),
 		},
 	})
 	configInfo.Set(1)
@@ -294,15 +284,64 @@ func newMetrics(cacheDir string, view *liveness.PodView, withRuntime bool, cfg m
 	return m
 }
 
+// Registry is the registry of the metrics, which /metrics serves; other
+// packages' collectors join it (MustRegister).
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// MustRegister adds collectors to the registry.
+func (m *Metrics) MustRegister(cs ...prometheus.Collector) { m.registry.MustRegister(cs...) }
+
+// Report implements Reporter: a scheduled run's skip, counts, findings and
+// result; a targeted run's counts alone.
+func (m *Metrics) Report(_ context.Context, r Run) {
+	if r.Kind == Targeted {
+		if r.Summary != nil {
+			m.count(r.Summary)
+		}
+		return
+	}
+	if r.Result.Sandboxes >= 0 {
+		m.sandboxes.Set(float64(r.Result.Sandboxes))
+	}
+	if r.Result.BootRecordErr != nil {
+		m.bootErrors.Inc()
+	}
+	if r.Summary != nil {
+		m.runs.Inc()
+		m.observe(r.Summary, r.Err)
+	}
+	if r.Skip != "" {
+		m.skipped.WithLabelValues(string(r.Skip)).Inc()
+	}
+}
+
+// SetProven sets sweep_views_proven.
+func (m *Metrics) SetProven(proven bool) { m.proven.Set(boolFloat(proven)) }
+
+// SetPaused sets sweep_paused.
+func (m *Metrics) SetPaused(paused bool) { m.paused.Set(boolFloat(paused)) }
+
+// ClockStepped counts a set of the wall clock, forward by forward (0: not
+// forward).
+func (m *Metrics) ClockStepped(forward float64) {
+	m.clockSteps.Inc()
+	if forward > 0 {
+		m.clockFwd.Add(forward)
+	}
+}
+
+// BootRecordError counts a failure to read the boot ID or the boot record.
+func (m *Metrics) BootRecordError() { m.bootErrors.Inc() }
+
 // count adds a run's removals, DELs and releases to the counters: all a
 // targeted run (a check of deleted pods) records, as it saw a few files and
 // its counts of what is left would mislead.
-func (m *metrics) count(sum *prune.Summary) {
+func (m *Metrics) count(sum *prune.Summary) {
 	m.fileErrors.Add(float64(sum.Errors))
 	if sum.DryRun {
 		return
 	}
-	for _, c := range cachesOf(sum) {
+	for _, c := range sum.Caches {
 		for _, p := range c.Name.Phases() {
 			m.removed.WithLabelValues(string(c.Name), string(p)).Add(float64(c.Removed[p]))
 		}
@@ -321,10 +360,10 @@ func (m *metrics) count(sum *prune.Summary) {
 }
 
 // observe records one finished scheduled run.
-func (m *metrics) observe(sum *prune.Summary, err error) {
+func (m *Metrics) observe(sum *prune.Summary, err error) {
 	m.duration.Observe(sum.Duration.Seconds())
 	m.count(sum)
-	caches := cachesOf(sum)
+	caches := sum.Caches
 	m.lastRun.SetToCurrentTime()
 	if err != nil {
 		// An interrupted run saw part of the cache only: its counts of kept,
@@ -362,18 +401,9 @@ func (m *metrics) observe(sum *prune.Summary, err error) {
 	m.failStreak.Set(0)
 }
 
-// cachesOf returns a run's counts by cache; a summary without them (made
-// by hand) counts as multus's alone.
-func cachesOf(sum *prune.Summary) []*prune.CacheSummary {
-	if len(sum.Caches) > 0 {
-		return sum.Caches
-	}
-	return []*prune.CacheSummary{{Name: prune.CacheMultus, Dir: sum.Dir, FileCounts: sum.FileCounts}}
-}
-
-// observeDEL records one CNI DEL as it ends, so that a long drain shows its
+// ObserveDEL records one CNI DEL as it ends, so that a long drain shows its
 // pace while it runs.
-func (m *metrics) observeDEL(o cnidel.Observed) {
+func (m *Metrics) ObserveDEL(o cnidel.Observed) {
 	key := [2]string{delLabel(o.Plugin), delLabel(o.IPAM)}
 	m.delMu.Lock()
 	if _, ok := m.delLabels[key]; !ok {
@@ -400,7 +430,7 @@ func delLabel(typ string) string {
 }
 
 // failed records a failed run.
-func (m *metrics) failed() {
+func (m *Metrics) failed() {
 	m.failures.Inc()
 	m.lastRunOK.Set(0)
 	m.failStreak.Inc()
@@ -455,15 +485,6 @@ func (c *filesystemCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.freeBytes, prometheus.GaugeValue, float64(st.Bfree)*unit)
 	ch <- prometheus.MustNewConstMetric(c.sizeBytes, prometheus.GaugeValue, float64(st.Blocks)*unit)
-}
-
-func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	return nil
 }
 
 func boolFloat(b bool) float64 {

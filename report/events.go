@@ -1,4 +1,4 @@
-package daemon
+package report
 
 import (
 	"context"
@@ -31,11 +31,12 @@ const (
 	eventTimeout   = 10 * time.Second
 )
 
-// nodeEvents records each run that removed or released something as an
-// Event on the daemon's Node: a record of what went that outlives the
-// daemon's log, and that `kubectl events --for node/NAME` shows beside the
-// kubelet's and node-problem-detector's.
-type nodeEvents struct {
+// NodeEvents records each run that removed or released something as an
+// Event on the daemon's Node (Report): a record of what went that outlives
+// the daemon's log, and that `kubectl events --for node/NAME` shows beside
+// the kubelet's and node-problem-detector's. It posts the Warnings that
+// Problems decides on too (Warn).
+type NodeEvents struct {
 	events dynamic.ResourceInterface
 	node   string
 	log    *slog.Logger
@@ -46,8 +47,9 @@ type nodeEvents struct {
 	warned map[string]time.Time
 }
 
-func newNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *nodeEvents {
-	return &nodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log,
+// NewNodeEvents posts the Events of node through client.
+func NewNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *NodeEvents {
+	return &NodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log,
 		warned: map[string]time.Time{}}
 }
 
@@ -55,16 +57,16 @@ func newNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *nod
 // visible in Kubernetes (kubectl events, node-problem-detector's readers),
 // not only in metrics and logs.
 const (
-	// warnUnproven: runs skipped because the views are not proven this
+	// WarnUnproven: runs skipped because the views are not proven this
 	// node's (node-unproven, runtime-unproven).
-	warnUnproven = "SweepUnproven"
-	// warnNoView: runs skipped for want of a fresh view of the pods or a
+	WarnUnproven = "SweepUnproven"
+	// WarnNoView: runs skipped for want of a fresh view of the pods or a
 	// list of the runtime's sandboxes.
-	warnNoView = "SweepNoView"
-	// warnFailing: warnFailStreak runs in a row failed.
-	warnFailing = "SweepPruneFailing"
-	// warnPaused: paused for longer than warnPausedFor.
-	warnPaused = "SweepPausedLong"
+	WarnNoView = "SweepNoView"
+	// WarnFailing: warnFailStreak runs in a row failed.
+	WarnFailing = "SweepPruneFailing"
+	// WarnPaused: paused for longer than WarnPausedFor.
+	WarnPaused = "SweepPausedLong"
 
 	// warnEvery is how often one reason is posted while it lasts. The
 	// kubelet's recorder would post a repeating Event about every 5
@@ -72,12 +74,12 @@ const (
 	// operator of 500 nodes at a twelfth of the API server's writes.
 	warnEvery      = time.Hour
 	warnFailStreak = 3
-	warnPausedFor  = 24 * time.Hour
+	WarnPausedFor  = 24 * time.Hour
 )
 
-// warn posts a Warning Event of reason (one of the warn constants) on the
+// Warn posts a Warning Event of reason (one of the Warn constants) on the
 // Node, unless one of that reason was posted within warnEvery.
-func (n *nodeEvents) warn(ctx context.Context, reason, note string) {
+func (n *NodeEvents) Warn(ctx context.Context, reason, note string) {
 	now := time.Now()
 	n.mu.Lock()
 	last, ok := n.warned[reason]
@@ -90,10 +92,10 @@ func (n *nodeEvents) warn(ctx context.Context, reason, note string) {
 	n.create(ctx, "Warning", reason, note)
 }
 
-// record creates the Event of a real run's summary, if it removed or
-// released anything.
-func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
-	note := eventNote(sum)
+// Report implements Reporter: the Event of a real run's summary, if it
+// removed or released anything.
+func (n *NodeEvents) Report(ctx context.Context, r Run) {
+	note := eventNote(r.Summary)
 	if note == "" {
 		return
 	}
@@ -102,7 +104,7 @@ func (n *nodeEvents) record(ctx context.Context, sum *prune.Summary) {
 
 // create posts an Event of type typ on the Node; a failure is logged, at
 // WARN the first time.
-func (n *nodeEvents) create(ctx context.Context, typ, reason, note string) {
+func (n *NodeEvents) create(ctx context.Context, typ, reason, note string) {
 	if len(note) > 1024 {
 		note = note[:1021] + "..."
 	}
