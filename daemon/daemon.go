@@ -182,7 +182,7 @@ func (d *Daemon) buildReporters(whereabouts *ranges.WhereaboutsHeld) {
 	)
 	node := d.cfg.Liveness.NodeName
 	if dc := d.views.Dynamic(); dc != nil && node != "" {
-		events = report.NewNodeEvents(dc, node, d.log)
+		events = report.NewNodeEvents(dc, node, d.views.NodeUID, d.log)
 		if d.cfg.NodeCondition {
 			condition = report.NewNodeCondition(dc, node, d.log)
 		}

@@ -357,6 +357,15 @@ func (v *Views) NodeDryRun() (string, bool) {
 	return v.nodeWatch.dryRun()
 }
 
+// NodeUID returns the UID of the Node as the view that follows it holds it
+// now, "" without that view or before its first list.
+func (v *Views) NodeUID() string {
+	if v.nodeWatch == nil {
+		return ""
+	}
+	return v.nodeWatch.uid()
+}
+
 // FollowsNode reports whether the views follow the Node, so that its
 // annotations (PauseAnnotation, DryRunAnnotation) count; not with cri
 // liveness, which reads no Node.

@@ -240,6 +240,15 @@ func (w *nodeWatcher) dryRun() (string, bool) {
 	return v, ok
 }
 
+// uid reads the Node's UID from the store, "" before the first list.
+func (w *nodeWatcher) uid() string {
+	obj, ok, err := w.store.GetByKey(w.name)
+	if err != nil || !ok {
+		return ""
+	}
+	return string(obj.(*unstructured.Unstructured).GetUID())
+}
+
 // pauseOf is the PauseAnnotation's value, "" when it does not pause.
 func pauseOf(obj *unstructured.Unstructured) string {
 	v, _, _ := unstructured.NestedString(obj.Object, "metadata", "annotations", PauseAnnotation)

@@ -39,6 +39,8 @@ const (
 type NodeEvents struct {
 	events dynamic.ResourceInterface
 	node   string
+	// uid returns the Node's UID, "" when it is not known yet.
+	uid    func() string
 	log    *slog.Logger
 	failed bool // a failure was logged at WARN; the next ones at DEBUG
 
@@ -47,9 +49,10 @@ type NodeEvents struct {
 	warned map[string]time.Time
 }
 
-// NewNodeEvents posts the Events of node through client.
-func NewNodeEvents(client dynamic.Interface, node string, log *slog.Logger) *NodeEvents {
-	return &NodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, log: log,
+// NewNodeEvents posts the Events of node through client; uid returns the
+// Node's UID, "" when it is not known yet.
+func NewNodeEvents(client dynamic.Interface, node string, uid func() string, log *slog.Logger) *NodeEvents {
+	return &NodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, uid: uid, log: log,
 		warned: map[string]time.Time{}}
 }
 
@@ -123,7 +126,7 @@ func (n *NodeEvents) create(ctx context.Context, typ, reason, note string) {
 		"reason":              reason,
 		"type":                typ,
 		"note":                note,
-		"regarding":           map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.node},
+		"regarding":           map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.node, "uid": n.regardingUID()},
 	}}
 	ctx, cancel := context.WithTimeout(ctx, eventTimeout)
 	defer cancel()
@@ -136,6 +139,19 @@ func (n *NodeEvents) create(ctx context.Context, typ, reason, note string) {
 		n.log.Log(ctx, level, "cannot record an Event on the Node (it needs create on events.events.k8s.io); the log and the metrics still have it",
 			"reason", reason, "error", err)
 	}
+}
+
+// regardingUID is the UID that names the Node in an Event: kubectl describe
+// node lists the Events whose object has the Node's UID or, as the
+// kubelet's, its name; none without a UID, where it lists nothing. The
+// name stands in until the Node's UID is known.
+func (n *NodeEvents) regardingUID() string {
+	if n.uid != nil {
+		if uid := n.uid(); uid != "" {
+			return uid
+		}
+	}
+	return n.node
 }
 
 // eventNote says what a run removed and released, by reason, in the

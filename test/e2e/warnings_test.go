@@ -56,6 +56,13 @@ func TestNodeWarningEvents(t *testing.T) {
 			d.Metric(t, `sweep_prune_skipped_runs_total{reason="node-unproven"}`), warnings)
 	}
 
+	// Where people look (issue 52): kubectl describe node lists the
+	// Events of the Node's UID, or of its name as the kubelet's.
+	describe := framework.RunTool(t, nil, controlplane.Tool(t, "kubectl"), "--kubeconfig="+cp.Kubeconfig, "describe", "node", "node-b")
+	if _, events, _ := strings.Cut(describe, "\nEvents:"); !strings.Contains(events, "SweepUnproven") {
+		t.Errorf("kubectl describe node node-b lists no SweepUnproven Event:\n%s", describe)
+	}
+
 	problem := func(node string) *corev1.NodeCondition {
 		n, err := cs.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
 		if err != nil {
