@@ -71,13 +71,13 @@ func TestMetricsReport(t *testing.T) {
 	m.Report(ctx, NewRun(Scheduled, nil, prune.CycleResult{Sandboxes: -1}, fmt.Errorf("%w: x", liveness.ErrRuntimeUnproven)))
 	got := gatherSeries(t, m)
 	for series, want := range map[string]float64{
-		"sweep_prune_runs_total": 1,
-		`sweep_prune_skipped_runs_total{reason="still-running"}`:    1,
-		`sweep_prune_skipped_runs_total{reason="runtime-unproven"}`: 1,
+		"sweep_prune_runs_total":                                       1,
+		`sweep_prune_skipped_runs_total{reason="still-running"}`:       1,
+		`sweep_prune_skipped_runs_total{reason="runtime-unproven"}`:    1,
 		`sweep_prune_removals_total{cache="multus",reason="pod-gone"}`: 3,
 		// The last scheduled run's findings, not the targeted run's.
 		`sweep_prune_stale_files{cache="multus",reason="pod-gone"}`: 2,
-		"sweep_runtime_sandboxes": 7,
+		"sweep_runtime_sandboxes":                                   7,
 	} {
 		if got[series] != want {
 			t.Errorf("%s = %v, want %v", series, got[series], want)
