@@ -32,7 +32,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 		d.reporters.Report(ctx, report.Skipped(report.Scheduled, report.SkipPaused, why))
 		return
 	}
-	opts := prune.Options{Config: d.pruneConfig(), Deps: d.deps}
+	opts := prune.Options{Config: d.pruneConfig(ctx), Deps: d.deps}
 	if opts.Release != nil {
 		opts.ReleaseUntil = releaseUntil(d.schedule, time.Now())
 	}
@@ -102,7 +102,7 @@ func (p checkPruner) PruneTargets(ctx context.Context, uids map[string]struct{})
 		d.running.Unlock()
 		d.checking.Store(false)
 	}()
-	opts := prune.Options{Config: d.pruneConfig(), Deps: d.deps, Targets: &prune.Targets{UIDs: uids},
+	opts := prune.Options{Config: d.pruneConfig(ctx), Deps: d.deps, Targets: &prune.Targets{UIDs: uids},
 		ReleaseUntil: time.Now().Add(maxCheckReleases)}
 	return d.run(ctx, report.Targeted, opts)
 }

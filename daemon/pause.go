@@ -44,13 +44,14 @@ type pause struct {
 }
 
 // watchState follows, every interval until ctx ends, what the daemon says
-// between runs: its dependencies' outages (health) and its pause, whose
-// gauge and log line change with it and whose held-back run starts as soon
-// as it lifts, not at the next scheduled time.
+// between runs: its dependencies' outages (health), its pause, whose gauge
+// and log line change with it and whose held-back run starts as soon as it
+// lifts, not at the next scheduled time, and its dry run in force.
 func (d *Daemon) watchState(ctx context.Context, wg *sync.WaitGroup, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	d.notePause(ctx, wg)
+	d.noteDryRun(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -58,6 +59,7 @@ func (d *Daemon) watchState(ctx context.Context, wg *sync.WaitGroup, interval ti
 		case now := <-tick.C:
 			d.health.observe(now, d.views.Problems())
 			d.notePause(ctx, wg)
+			d.noteDryRun(ctx)
 		}
 	}
 }

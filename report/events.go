@@ -70,6 +70,10 @@ const (
 	WarnFailing = "SweepPruneFailing"
 	// WarnPaused: paused for longer than WarnPausedFor.
 	WarnPaused = "SweepPausedLong"
+	// WarnDryRunOverridden: the Node's sweep.k8s.io/dry-run=false makes a
+	// daemon started with --dry-run remove files (a canary, or an
+	// annotation left behind).
+	WarnDryRunOverridden = "SweepDryRunOverridden"
 
 	// warnEvery is how often one reason is posted while it lasts. The
 	// kubelet's recorder would post a repeating Event about every 5

@@ -68,6 +68,10 @@ type Metrics struct {
 	hlReleases *prometheus.CounterVec
 	hlKept     *prometheus.GaugeVec
 	hlStale    prometheus.Gauge
+	// configInfo is sweep_config_info, whose dry_run changes with the
+	// mode in force (SetDryRun).
+	configInfo *prometheus.GaugeVec
+	dryRunMu   sync.Mutex
 }
 
 // maxDELLabels bounds the plugin and IPAM pairs of
@@ -258,15 +262,14 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		}
 	}
 	mode := cmp.Or(cfg.Liveness, liveness.ModeAPI)
-	configInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sweep_config_info",
-		Help: "The daemon's configuration that changes what the other series mean; always 1.",
+		Help: "The daemon's configuration that changes what the other series mean; always 1. dry_run is the mode in force on the node: the Node's sweep.k8s.io/dry-run annotation over --dry-run.",
 		ConstLabels: prometheus.Labels{
-			"dry_run": strconv.FormatBool(cfg.Prune.DryRun), "liveness": string(mode),
-			"cni_del": strconv.FormatBool(cfg.CNIDel), "reboot_aware": strconv.FormatBool(cfg.RebootAware),
+			"liveness": string(mode), "cni_del": strconv.FormatBool(cfg.CNIDel), "reboot_aware": strconv.FormatBool(cfg.RebootAware),
 		},
-	})
-	configInfo.Set(1)
+	}, []string{"dry_run"})
+	m.SetDryRun(cfg.Prune.DryRun)
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sweep_build_info",
 		Help:        "Build information; always 1.",
@@ -277,7 +280,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		m.removed, m.removedBy, m.cniDels, m.bootErrors, m.clockSteps, m.clockFwd, m.proven, m.paused, m.runs, m.failures, m.fileErrors,
 		m.skipped,
 		m.lastSuccess, m.duration, m.delSeconds, m.delHeld, m.kept, m.stale, m.lastRun, m.lastRunOK, m.failStreak, m.cacheFiles, m.cacheBytes,
-		buildInfo, configInfo, newFilesystemCollector(cacheDir),
+		buildInfo, m.configInfo, newFilesystemCollector(cacheDir),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -313,6 +316,15 @@ func (m *Metrics) Report(_ context.Context, r Run) {
 	if r.Skip != "" {
 		m.skipped.WithLabelValues(string(r.Skip)).Inc()
 	}
+}
+
+// SetDryRun sets the mode in force, sweep_config_info's dry_run: one
+// series, replaced when the mode changes.
+func (m *Metrics) SetDryRun(dry bool) {
+	m.dryRunMu.Lock()
+	defer m.dryRunMu.Unlock()
+	m.configInfo.DeleteLabelValues(strconv.FormatBool(!dry))
+	m.configInfo.WithLabelValues(strconv.FormatBool(dry)).Set(1)
 }
 
 // SetProven sets sweep_views_proven.

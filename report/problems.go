@@ -56,6 +56,15 @@ func (p *Problems) Report(ctx context.Context, r Run) {
 	}
 }
 
+// Notice posts a Warning Event of reason (one of the Warn constants) with
+// note, and leaves the condition as it is: something an operator must see
+// that is no problem of the node's (WarnDryRunOverridden: a canary).
+func (p *Problems) Notice(ctx context.Context, reason, note string) {
+	if p.events != nil {
+		p.events.Warn(ctx, reason, note)
+	}
+}
+
 // Warn posts a Warning of reason (one of the Warn constants) with note,
 // and sets the condition to it.
 func (p *Problems) Warn(ctx context.Context, reason, note string) {

@@ -768,7 +768,8 @@ func TestChartApply(t *testing.T) {
 		{nil, []string{"DaemonSet rel-sweep in namespace sweep-system", "rollout status daemonset/rel-sweep", "port 9742",
 			"exec ds/rel-sweep -- /sweepd prune --from-daemon"}},
 		{[]string{"--values", chartOperatorValues}, []string{"kube-rbac-proxy serves them over HTTPS", "ClusterRole rel-sweep-metrics-reader", "A PodMonitor scrapes them."}},
-		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "ConfigMap sweep-all-dashboard\nin namespace sweep-system holds a Grafana dashboard", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
+		{[]string{"--values", chartAllValues}, []string{"DRY RUN", "annotated sweep.k8s.io/dry-run=false, which removes all the same",
+			`DRY_RUN:.metadata.annotations.sweep\.k8s\.io/dry-run`, "--set daemon.pause=true", "A ServiceMonitor scrapes them.", "A PrometheusRule alerts on them.", "ConfigMap sweep-all-dashboard\nin namespace sweep-system holds a Grafana dashboard", "Job sweep-all-uninstall", "5 file pattern(s)", "3 cluster object(s)", "--no-hooks"}},
 	} {
 		args := append([]string{"install", chartrender.Release, chartCopy, "--namespace", chartrender.Namespace, "--dry-run=server", "--kubeconfig", cp.Kubeconfig}, c.flags...)
 		out := framework.RunTool(t, nil, controlplane.Tool(t, "helm"), args...)

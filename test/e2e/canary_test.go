@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +48,11 @@ func TestDryRunAnnotation(t *testing.T) {
 		annotation *string
 		removed    bool
 		warn       bool
+		// overrides: the annotation removes under --dry-run, which the
+		// log says at WARN and the Node's Warning Event too.
+		overrides bool
 	}{
-		{name: "canary: --dry-run, annotation false", dryRunFlag: true, annotation: str("false"), removed: true},
+		{name: "canary: --dry-run, annotation false", dryRunFlag: true, annotation: str("false"), removed: true, overrides: true},
 		{name: "held back: annotation true", annotation: str("true")},
 		{name: "a typo is a dry run", annotation: str("flase"), warn: true},
 		{name: "--dry-run without annotation", dryRunFlag: true},
@@ -85,6 +90,35 @@ func TestDryRunAnnotation(t *testing.T) {
 			}
 			if warned := strings.Contains(string(log), "level=WARN") && strings.Contains(string(log), "neither true nor false"); warned != tc.warn {
 				t.Errorf("warned of the annotation's value: %t, want %t\n%s", warned, tc.warn, log)
+			}
+			// The mode in force, where operators look (issue 52): the
+			// metric and the dashboard say what the node does, not what
+			// the chart asked.
+			info := func(dry bool) string {
+				return fmt.Sprintf(`sweep_config_info{cni_del="false",dry_run="%t",liveness="api",reboot_aware="false"}`, dry)
+			}
+			if d.Metric(t, info(!tc.removed)) != 1 || d.Metric(t, info(tc.removed)) != -1 {
+				t.Errorf("%s = %v, %s = %v; want the mode in force alone, dry_run=%t", info(!tc.removed), d.Metric(t, info(!tc.removed)),
+					info(tc.removed), d.Metric(t, info(tc.removed)), !tc.removed)
+			}
+			overridden := regexp.MustCompile(`level=WARN msg="the Node's dry-run annotation overrides --dry-run: this node removes files"`).Match(log)
+			if overridden != tc.overrides {
+				t.Errorf("said at WARN that the annotation overrides --dry-run: %t, want %t\n%s", overridden, tc.overrides, log)
+			}
+			if tc.overrides {
+				framework.Eventually(t, 30*time.Second, "a Warning Event SweepDryRunOverridden on node-a", func() bool {
+					list, err := cs.EventsV1().Events("default").List(t.Context(), metav1.ListOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range list.Items {
+						if e.Regarding.Name == "node-a" && e.Type == "Warning" && e.Reason == "SweepDryRunOverridden" &&
+							strings.Contains(e.Note, "annotation sweep.k8s.io/dry-run=false overrides") {
+							return true
+						}
+					}
+					return false
+				})
 			}
 		})
 	}
