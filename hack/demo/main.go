@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -190,11 +189,16 @@ func run(ctx context.Context, sweepd string, livePods, stale int, measure time.D
 	}); err != nil {
 		return failed(err)
 	}
-	if metric(metrics, `sweep_deleted_pods_total{outcome="pruned"}`) < 1 {
-		return failed(errors.New("app-0's files went, but not by the check of deleted pods"))
+	took := time.Since(deleted)
+	// The check counts its pod once its run has ended, after the files
+	// went.
+	if err := await(ctx, 10*time.Second, "count of the check of deleted pods", func() bool {
+		return metric(metrics, `sweep_deleted_pods_total{outcome="pruned"}`) >= 1
+	}); err != nil {
+		return failed(fmt.Errorf("app-0's files went, but not by the check of deleted pods: %w", err))
 	}
 	fmt.Printf("its check of deleted pods removed app-0's %d files %.1fs after the deletion\n(its grace, 30s by default, and 5s to gather a mass deletion into one check)\n",
-		len(doomed), time.Since(deleted).Seconds())
+		len(doomed), took.Seconds())
 	printCache(dir)
 
 	step("A few of its metrics (curl %s)", metrics)
