@@ -69,7 +69,9 @@ type Daemon struct {
 	reporters report.Reporters
 	metrics   *report.Metrics
 	// problems posts the Warnings on the Node, and keeps its condition.
-	problems  *report.Problems
+	problems *report.Problems
+	// condition is the Node's condition, nil unless Config.NodeCondition.
+	condition *report.NodeCondition
 	journal   *journal.Reporter // nil without a state directory
 	ranges    *ranges.Reader    // nil without a CNI configuration directory
 	synced    atomic.Bool       // first sync done
@@ -185,6 +187,7 @@ func (d *Daemon) buildReporters(whereabouts *ranges.WhereaboutsHeld) {
 		events = report.NewNodeEvents(dc, node, d.views.NodeUID, d.log)
 		if d.cfg.NodeCondition {
 			condition = report.NewNodeCondition(dc, node, d.log)
+			d.condition = condition
 		}
 	} else if d.cfg.NodeCondition {
 		d.log.Warn("the Node's condition is not set: with cri liveness the daemon has no API client", "condition", report.ConditionType)
@@ -253,7 +256,15 @@ func (d *Daemon) buildUninstall() error {
 	if ucfg.QPS == 0 {
 		ucfg.QPS, ucfg.Burst = 50, 100
 	}
-	u, err := uninstall.New(d.cfg.uninstallConfig(), uninstall.WithLogger(d.log), uninstall.WithRESTConfig(ucfg))
+	// The condition goes with the node phase, while the daemon still has
+	// the right to take it off: the cluster phase deletes the right.
+	removeCondition := func(ctx context.Context) {
+		if d.condition != nil {
+			d.condition.Remove(ctx)
+		}
+	}
+	u, err := uninstall.New(d.cfg.uninstallConfig(), uninstall.WithLogger(d.log), uninstall.WithRESTConfig(ucfg),
+		uninstall.WithNodeDone(removeCondition))
 	if err != nil {
 		return fmt.Errorf("uninstall cleanup: %w", err)
 	}
@@ -364,6 +375,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.ranges != nil {
 		wg.Go(func() { d.ranges.Loop(ctx) })
 	}
+	if d.condition != nil {
+		wg.Go(func() { heartbeat(ctx, d.condition) })
+	}
 	watchClock(ctx, &wg, d.clock, d.log, d.clockStepped)
 	if d.uninstall != nil {
 		// Independent of the pod view: the uninstall cleanup must run even
@@ -412,8 +426,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Stop scheduling; the run in progress sees ctx and stops after its
 	// current file.
 	<-c.Stop().Done()
+	if d.condition != nil {
+		// What the condition says is kept up to date no more.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d.condition.Stop(stopCtx)
+		cancel()
+	}
 	d.log.Info("stopped")
 	return nil
+}
+
+// heartbeat renews the Node's condition's heartbeat until ctx ends.
+func heartbeat(ctx context.Context, c *report.NodeCondition) {
+	t := time.NewTicker(report.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Heartbeat(ctx)
+		}
+	}
 }
 
 // waitFirstSync waits for the first sync of the node's pods or, with cri

@@ -125,6 +125,12 @@ func WithLogger(l *slog.Logger) Option { return func(c *Coordinator) { c.log = l
 // WithRESTConfig gives API access, required with a DaemonSet.
 func WithRESTConfig(cfg *rest.Config) Option { return func(c *Coordinator) { c.restConfig = cfg } }
 
+// WithNodeDone has f called each time the node phase is done, before the
+// node reports it: what the daemon must take off its node while it still
+// has the rights (its Node's condition), since the cluster phase deletes
+// them.
+func WithNodeDone(f func(context.Context)) Option { return func(c *Coordinator) { c.nodeDone = f } }
+
 // Coordinator runs the uninstall cleanup of one daemon; Run runs it.
 type Coordinator struct {
 	cfg        Config
@@ -134,6 +140,7 @@ type Coordinator struct {
 	clients    *cleanup.Clients
 	state      *State
 	metrics    *metrics
+	nodeDone   func(context.Context)
 }
 
 // New checks cfg, loads the state and builds the clients.
@@ -277,6 +284,9 @@ func (c *Coordinator) run(ctx context.Context, s Snapshot) {
 			"skipped", sum.Count(cleanup.PhaseFile, cleanup.Skipped), "failed", failed)
 	} else {
 		log.Info("node phase already done; reporting again")
+	}
+	if c.nodeDone != nil {
+		c.nodeDone(ctx)
 	}
 
 	if c.cfg.Self.Name == "" {

@@ -29,6 +29,8 @@ import (
 // two cluster objects to delete, one of them a mustDelete CRD.
 const chartUninstallValues = `
 fullnameOverride: sweep-e2e
+daemon:
+  nodeCondition: true
 uninstall:
   enabled: true
   timeout: 2m
@@ -171,8 +173,23 @@ metadata: {name: bystander, namespace: kube-system}
 			t.Fatal(err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(root, "multus"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	d := sweepdproc.Start(t, daemonKC, args...)
 	framework.Eventually(t, 30*time.Second, "the daemon to be ready", func() bool { code, _ := d.Get("/readyz"); return code == 200 })
+	framework.Eventually(t, 30*time.Second, "node-a's condition SweepProblem", func() bool {
+		node, err := cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == "SweepProblem" {
+				return true
+			}
+		}
+		return false
+	})
 
 	// The hook, with the Job's args and the hook ConfigMap as its source.
 	source := t.TempDir()
@@ -240,6 +257,18 @@ metadata: {name: bystander, namespace: kube-system}
 
 	if framework.Exists(hostFile) {
 		t.Error("the node's file is still there")
+	}
+	// The condition the daemon kept goes with it (issue 52): left True
+	// or False, with nobody to keep it up to date, remediation tools
+	// would read it as current.
+	node, err := cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == "SweepProblem" {
+			t.Errorf("node-a's condition SweepProblem left after the uninstall: %+v", c)
+		}
 	}
 	gone := func(err error) bool { return apierrors.IsNotFound(err) }
 	if _, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "multus-leftover", metav1.GetOptions{}); !gone(err) {

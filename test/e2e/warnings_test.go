@@ -1,14 +1,19 @@
 package e2e
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/sweep-k8s/sweep/report"
 
 	"github.com/sweep-k8s/sweep/test/framework"
 	"github.com/sweep-k8s/sweep/test/framework/controlplane"
@@ -105,5 +110,71 @@ func TestNodeWarningEvents(t *testing.T) {
 	}
 	if len(after.Status.Conditions) != len(before.Status.Conditions)+1 {
 		t.Errorf("node-a's conditions %v, want %v and SweepProblem", after.Status.Conditions, before.Status.Conditions)
+	}
+
+	// A daemon that stops (a rollout, an uninstall without its cleanup)
+	// says that nobody keeps the condition up to date (issue 52): a
+	// False or True left as it was would read as current.
+	if err := da.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = <-da.Done
+	da.Done <- err
+	if c := problem("node-a"); c == nil || c.Status != corev1.ConditionUnknown || c.Reason != "SweepStopped" {
+		t.Errorf("node-a's SweepProblem after its daemon stopped: %+v, want Unknown, SweepStopped", c)
+	}
+}
+
+// TestNodeConditionLifecycle runs the condition's writes against a real API
+// server: a transition sets both times; a heartbeat moves
+// lastHeartbeatTime alone, so that a remediation tool tells a condition
+// kept up to date from one whose daemon is gone; Remove takes it off, the
+// kubelet's conditions left as they are, and nothing sets it again (the
+// uninstall's node phase, while the daemon still has the right).
+func TestNodeConditionLifecycle(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	kubeobj.EnsureNode(t, cs, "node-a")
+	dc, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() (*corev1.NodeCondition, int) {
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == report.ConditionType {
+				return &n.Status.Conditions[i], len(n.Status.Conditions)
+			}
+		}
+		return nil, len(n.Status.Conditions)
+	}
+	_, others := get()
+	c := report.NewNodeCondition(dc, "node-a", slog.New(slog.DiscardHandler))
+	p := report.NewProblems(nil, c)
+	p.Warn(t.Context(), report.WarnNoView, "no view")
+	first, _ := get()
+	if first == nil || first.Status != corev1.ConditionTrue || first.Reason != report.WarnNoView {
+		t.Fatalf("after a Warning: %+v", first)
+	}
+	// The API server keeps whole seconds.
+	time.Sleep(1100 * time.Millisecond)
+	c.Heartbeat(t.Context())
+	beat, _ := get()
+	if !beat.LastHeartbeatTime.After(first.LastHeartbeatTime.Time) || !beat.LastTransitionTime.Equal(&first.LastTransitionTime) ||
+		beat.Status != first.Status || beat.Reason != first.Reason {
+		t.Errorf("after a heartbeat: %+v, want %+v with a later heartbeat alone", beat, first)
+	}
+	c.Remove(t.Context())
+	gone, n := get()
+	if gone != nil || n != others {
+		t.Errorf("after Remove: %+v, %d conditions; want none of sweep's and the %d others", gone, n, others)
+	}
+	p.Warn(t.Context(), report.WarnFailing, "again")
+	c.Stop(t.Context())
+	if again, _ := get(); again != nil {
+		t.Errorf("set again after Remove: %+v", again)
 	}
 }
