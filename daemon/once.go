@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/sweep-k8s/sweep/journal"
 	"github.com/sweep-k8s/sweep/liveness"
 	"github.com/sweep-k8s/sweep/prune"
+	"github.com/sweep-k8s/sweep/report"
 )
 
 // PruneOnce runs one prune cycle with the views of cfg's liveness, the
@@ -46,7 +48,27 @@ func PruneOnce(ctx context.Context, cfg Config, deps prune.Deps) (*prune.Summary
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watchClock(ctx, &wg, src.Clock, log, nil)
+	var j *journal.Reporter
+	if cfg.StateDir != "" {
+		// A removal by hand is the node's record too (sweepd journal).
+		j = journal.NewReporter(cfg.StateDir, log)
+		defer func() {
+			if err := j.Close(); err != nil {
+				log.Warn("cannot close the journal of removals", "error", err)
+			}
+		}()
+		onFile := deps.OnFile
+		deps.OnFile = func(f prune.File) {
+			j.File(f)
+			if onFile != nil {
+				onFile(f)
+			}
+		}
+	}
 	sum, res, err := prune.Cycle(ctx, src, prune.Options{Config: cfg.Prune, Deps: deps})
+	if j != nil {
+		j.Report(ctx, report.NewRun(report.Scheduled, sum, res, err))
+	}
 	if res.BootRecordErr != nil {
 		log.Warn("cannot write the boot record; reboot-aware staleness will know fewer sandboxes after the next reboot",
 			"error", res.BootRecordErr)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sweep-k8s/sweep/internal/suggest"
+	"github.com/sweep-k8s/sweep/journal"
 	"github.com/sweep-k8s/sweep/prune"
 )
 
@@ -101,6 +102,21 @@ func (f *fileFilter) match(file prune.File) bool {
 		})
 	}
 	return true
+}
+
+// matchRecord reports whether the journal lists r, as match does a run's
+// file: the records come in the order of the runs that wrote them.
+func (f *fileFilter) matchRecord(r journal.Record) bool {
+	ns, name, ok := strings.Cut(r.Pod, "/")
+	if !ok {
+		ns, name = "", r.Pod
+	}
+	file := prune.File{Cache: prune.CacheName(r.Cache), Phase: prune.Phase(r.Phase), CacheDir: filepath.Dir(r.File), Name: filepath.Base(r.File),
+		Pod: prune.PodRef{Namespace: ns, Name: name, UID: r.UID}, Sandbox: r.Sandbox, Reason: r.Reason, Remove: true}
+	if file.RelPath() != file.Name {
+		file.CacheDir = filepath.Dir(file.CacheDir) // results/ is the cache's
+	}
+	return f.match(file)
 }
 
 // matchPod reports whether pod is --pod's and --uid's.

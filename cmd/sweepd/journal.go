@@ -22,6 +22,9 @@ restarts and log rotation, the latest 4,000 or so.`,
 		Example: `  # The last 20 removals, in the chart's daemon
   kubectl -n sweep-system exec ds/sweep -- /sweepd journal --limit 20
 
+  # What went of one pod, and why
+  sweepd journal --state-dir=/var/lib/sweep --pod=team/web-0
+
   # All it keeps, as JSON
   sweepd journal --state-dir=/var/lib/sweep --limit 0 -o json`,
 		Args: noArgs,
@@ -35,14 +38,32 @@ restarts and log rotation, the latest 4,000 or so.`,
 	fs.StringVar(&dir, "state-dir", "/var/lib/sweep", "the daemon's --state-dir")
 	fs.IntVar(&limit, "limit", 100, "print the last this many (0: all)")
 	fs.VarP(choiceValue{p: &output, choices: []string{outputTable, outputJSON, outputYAML}}, "output", "o", "output format: table, json or yaml")
+	filter := addFilterFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if limit < 0 {
 			return usagef("--limit %d: must not be negative", limit)
 		}
-		recs, err := journal.Read(dir, limit)
+		if err := filter.validate(); err != nil {
+			return err
+		}
+		recs, err := journal.Read(dir, 0)
 		if err != nil {
 			e.log.Error("cannot read the journal", "error", err)
 			return exitStatus(exitFail)
+		}
+		if filter.active() {
+			// All of them, in order: a pod's scratch files are its by the
+			// sandboxes of its results files before them.
+			var matched []journal.Record
+			for _, r := range recs {
+				if filter.matchRecord(r) {
+					matched = append(matched, r)
+				}
+			}
+			recs = matched
+		}
+		if limit > 0 && len(recs) > limit {
+			recs = recs[len(recs)-limit:]
 		}
 		if output != outputTable {
 			if recs == nil {

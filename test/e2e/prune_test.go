@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -459,5 +460,79 @@ func TestPrunePermissionDenied(t *testing.T) {
 	}
 	if got, want := strings.Join(c.remaining(t), "\n"), strings.Join(c.want, "\n"); got != want {
 		t.Fatalf("remaining:\n%s\n\nwant:\n%s", got, want)
+	}
+}
+
+// TestPruneJournaled: a removal by hand is the node's record too (issue
+// 52): sweepd prune with a state directory, one that does not exist yet,
+// journals what it removed as the daemon does, and sweepd journal lists it
+// with prune's filters, a pod's scratch files by its sandboxes.
+func TestPruneJournaled(t *testing.T) {
+	cp := controlplane.Start(t)
+	cs := cp.Clientset(t)
+	kubeobj.EnsureServiceAccount(t, cs, "default")
+	kubeobj.EnsureNode(t, cs, "node-a")
+	dir := filepath.Join(t.TempDir(), "multus")
+	state := filepath.Join(t.TempDir(), "state", "sweep")
+	old := time.Now().Add(-time.Hour)
+	web := multuscache.Pod{Namespace: "team", Name: "web-0", UID: multuscache.NewUID()}
+	db := multuscache.Pod{Namespace: "team", Name: "db-0", UID: multuscache.NewUID()}
+	webFiles := sandboxFiles(t, dir, multuscache.NewSandboxID(), web, old)
+	dbFiles := sandboxFiles(t, dir, multuscache.NewSandboxID(), db, old)
+	sum, stderr, code := runPrune(t, nil, "--kubeconfig="+cp.Kubeconfig, "--node-name=node-a", "--multus-dir="+dir, "--state-dir="+state)
+	if code != 0 || sum.RemovedBy["pod-gone"] != 4 {
+		t.Fatalf("sweepd prune: exit %d, %+v\n%s", code, sum, stderr)
+	}
+	journal := func(t *testing.T, args ...string) []string {
+		t.Helper()
+		out, err := exec.Command(testbin.Build(t, "./cmd/sweepd"), append([]string{"journal", "--state-dir=" + state, "-o", "json"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("sweepd journal %v: %v", args, err)
+		}
+		var j struct {
+			Records []struct{ File string } `json:"records"`
+		}
+		if err := json.Unmarshal(out, &j); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var files []string
+		for _, r := range j.Records {
+			files = append(files, r.File)
+		}
+		slices.Sort(files)
+		return files
+	}
+	sorted := func(paths ...[]string) []string {
+		all := slices.Concat(paths...)
+		slices.Sort(all)
+		return all
+	}
+	where := func(paths []string, keep func(string) bool) []string {
+		var out []string
+		for _, p := range paths {
+			if keep(p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	scratch := func(p string) bool { return !strings.Contains(p, "/results/") }
+	eth0 := func(p string) bool { return strings.HasSuffix(p, "-eth0") }
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, sorted(webFiles, dbFiles)},
+		{[]string{"--pod=team/web-0"}, sorted(webFiles)},
+		{[]string{"--pod=db-0"}, sorted(dbFiles)},
+		{[]string{"--uid=" + web.UID}, sorted(webFiles)},
+		{[]string{"--reason=orphan-scratch"}, sorted(where(webFiles, scratch), where(dbFiles, scratch))},
+		{[]string{"--pod=team/web-0", "--file=*-eth0"}, where(webFiles, eth0)},
+		// The last of web-0's: its scratch file, removed after its results.
+		{[]string{"--limit=1", "--pod=team/web-0"}, where(webFiles, scratch)},
+	} {
+		if got := journal(t, tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("sweepd journal %v: %q, want %q", tc.args, got, tc.want)
+		}
 	}
 }
