@@ -163,3 +163,28 @@ func TestParseRequestTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpWidth: every line of --help fits the terminal, 80 columns
+// without one, as kubectl's own help does (issue 52: a usage line of 297
+// columns, flags of up to 250).
+func TestHelpWidth(t *testing.T) {
+	for _, cols := range []string{"", "80", "100"} {
+		t.Setenv("COLUMNS", cols)
+		width := 80
+		if cols == "100" {
+			width = 100
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("--help: exit %d\n%s", code, &stderr)
+		}
+		for _, line := range strings.Split(stdout.String(), "\n") {
+			if len(line) > width {
+				t.Errorf("COLUMNS=%q: a line of %d columns: %q", cols, len(line), line)
+			}
+		}
+		if !strings.Contains(stdout.String(), "\n      --job-from string") {
+			t.Errorf("COLUMNS=%q: no --job-from in the flags:\n%s", cols, &stdout)
+		}
+	}
+}

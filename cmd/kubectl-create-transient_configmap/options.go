@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/sweep-k8s/sweep/internal/helpfmt"
 	"github.com/sweep-k8s/sweep/internal/logging"
 	"github.com/sweep-k8s/sweep/internal/suggest"
 	"github.com/sweep-k8s/sweep/internal/version"
@@ -108,7 +109,23 @@ or SIGTERM; the Job is deleted first).`,
 		return usageError{err}
 	})
 	o.addFlags(cmd)
+	cmd.SetUsageFunc(writeUsage)
 	return cmd
+}
+
+// writeUsage writes cobra's usage as kubectl lays it out, in the width of
+// the terminal (helpfmt): the usage line wrapped, the examples, the flags.
+func writeUsage(c *cobra.Command) error {
+	w := c.OutOrStderr()
+	width := helpfmt.Width(w)
+	fmt.Fprintf(w, "Usage:\n%s\n", helpfmt.UseLine(c.UseLine(), width))
+	if c.HasExample() {
+		fmt.Fprintf(w, "\nExamples:\n%s\n", c.Example)
+	}
+	if c.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", helpfmt.Flags(c.Flags(), width))
+	}
+	return nil
 }
 
 func (o *CreateTransientConfigMapOptions) addFlags(cmd *cobra.Command) {

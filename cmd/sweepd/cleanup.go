@@ -28,7 +28,8 @@ and the spellings of Go's flag package (-cleanup-timeout=600, -debug,
   sweepd cleanup --config-dir=/tmp/spectro-cleanup --dry-run
 
   # Then delete the Job's own Pod and its RBAC
-  sweepd cleanup --self-name=$POD_NAME --self-gvr=/v1/pods --self-namespace=$POD_NAMESPACE`,
+  sweepd cleanup --self-name=$POD_NAME --self-gvr=/v1/pods \
+      --self-namespace=$POD_NAMESPACE`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()

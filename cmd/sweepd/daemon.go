@@ -18,10 +18,12 @@ func daemonCommand(e *env) *cobra.Command {
 schedule, serve metrics and health, and run the uninstall cleanup when its
 config appears.`,
 		Example: `  # What the chart runs: the node's pods from the API server, hourly
-  sweepd daemon --node-name=$NODE_NAME --pod-uid=$POD_UID --state-dir=/var/lib/sweep
+  sweepd daemon --node-name=$NODE_NAME --pod-uid=$POD_UID \
+      --state-dir=/var/lib/sweep
 
   # A bare node without API access: the container runtime decides
-  sweepd daemon --liveness=cri --cri-endpoint=unix:///run/containerd/containerd.sock
+  sweepd daemon --liveness=cri \
+      --cri-endpoint=unix:///run/containerd/containerd.sock
 
   # First rollout: decide and report, remove nothing
   sweepd daemon --node-name=node-a --dry-run --schedule="@every 30m"`,

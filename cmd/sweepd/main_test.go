@@ -171,11 +171,16 @@ func TestHelpWidth(t *testing.T) {
 					switch {
 					case section == "Available Commands:" && len(line) > 80:
 						t.Errorf("%v: a command's line of %d columns: %q", args, len(line), line)
-					case strings.HasSuffix(section, "Flags:"):
+					case strings.HasSuffix(strings.ToLower(section), "flags:"):
+						// Every section of flags, "Prune flags:" as
+						// "Flags:" (issue 52: lines of 159 columns).
 						longest = max(longest, len(line))
 						if len(line) > tc.width {
 							t.Errorf("%v: a flag's line of %d columns, over %d: %q", args, len(line), tc.width, line)
 						}
+					case (section == "Examples:" || section == "Usage:") && len(line) > max(tc.width, 80):
+						// Examples are not wrapped: written to fit in 80.
+						t.Errorf("%v: a line of %s of %d columns: %q", args, section, len(line), line)
 					}
 				}
 			}

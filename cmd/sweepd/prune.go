@@ -151,8 +151,13 @@ sandboxes that are gone, and report what was removed, kept and why.`,
 		Example: `  # What the daemon of this node would remove now, with its own settings
   kubectl -n sweep-system exec ds/sweep -- /sweepd prune --from-daemon
 
-  # Why it keeps this pod's files: those files alone, kept ones too
-  kubectl -n sweep-system exec ds/sweep -- /sweepd prune --from-daemon --pod=team/web-0
+  # Why the daemon of web-0's node keeps its files: those alone, kept ones too
+  node=$(kubectl -n team get pod web-0 -o jsonpath='{.spec.nodeName}')
+  pod=$(kubectl -n sweep-system get pod -o name \
+      -l app.kubernetes.io/component=daemon \
+      --field-selector spec.nodeName=$node)
+  kubectl -n sweep-system exec "$pod" -- \
+      /sweepd prune --from-daemon --pod=team/web-0
 
   # Every file, kept ones too, with the reason
   sweepd prune --node-name=node-a --dry-run -o wide

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
+	"github.com/sweep-k8s/sweep/internal/helpfmt"
 	"github.com/sweep-k8s/sweep/internal/logging"
 	"github.com/sweep-k8s/sweep/internal/suggest"
 )
@@ -240,12 +239,12 @@ func flagSyntaxError(cmd *cobra.Command, err error) error {
 // addFlagGroup: the flags of no section first, under "Flags".
 func writeUsage(c *cobra.Command) error {
 	w := c.OutOrStderr()
-	width := helpWidth(w)
+	width := helpfmt.Width(w)
 	fmt.Fprint(w, "Usage:")
 	if c.HasAvailableSubCommands() {
 		fmt.Fprintf(w, "\n  %s [command]", c.CommandPath())
 	} else {
-		fmt.Fprintf(w, "\n  %s", c.UseLine())
+		fmt.Fprintf(w, "\n%s", helpfmt.UseLine(c.UseLine(), width))
 	}
 	if c.HasExample() {
 		fmt.Fprintf(w, "\n\nExamples:\n%s", c.Example)
@@ -272,31 +271,17 @@ func writeUsage(c *cobra.Command) error {
 	})
 	for _, t := range append([]string{"Flags"}, titles...) {
 		if fs := sections[t]; t != "" && fs.HasAvailableFlags() {
-			fmt.Fprintf(w, "\n\n%s:\n%s", t, strings.TrimRight(fs.FlagUsagesWrapped(width), " \n"))
+			fmt.Fprintf(w, "\n\n%s:\n%s", t, strings.TrimRight(helpfmt.Flags(fs, width), " \n"))
 		}
 	}
 	if c.HasAvailableInheritedFlags() && c.Annotations[noGlobalFlags] == "" {
-		fmt.Fprintf(w, "\n\nGlobal Flags:\n%s", strings.TrimRight(c.InheritedFlags().FlagUsagesWrapped(width), " \n"))
+		fmt.Fprintf(w, "\n\nGlobal Flags:\n%s", strings.TrimRight(helpfmt.Flags(c.InheritedFlags(), width), " \n"))
 	}
 	if c.HasAvailableSubCommands() {
 		fmt.Fprintf(w, "\n\nUse \"%s <command> --help\" for more information about a command.", c.CommandPath())
 	}
 	fmt.Fprintln(w)
 	return nil
-}
-
-// helpWidth is the width help wraps its flags' descriptions to, as kubectl
-// does: the terminal's, else $COLUMNS, else 80.
-func helpWidth(w io.Writer) int {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
-			return cols
-		}
-	}
-	if cols, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && cols > 0 {
-		return cols
-	}
-	return 80
 }
 
 // addRootFlags adds sweepd's global flags: the log's format and level.
