@@ -1033,7 +1033,11 @@ func TestChartAlertRunbooks(t *testing.T) {
 		flags []string
 		base  string
 	}{
-		{"the default base", nil, "https://github.com/sweep-k8s/sweep/blob/main/docs/troubleshooting.md"},
+		// The installed release's page, not main's (issue 52).
+		{"the default base", nil, "https://github.com/sweep-k8s/sweep/blob/v" + chartVersion(t) + "/docs/troubleshooting.md"},
+		{"the previous charts' default, reused by helm upgrade --reuse-values",
+			[]string{"--set", "metrics.prometheusRule.runbookBaseURL=https://github.com/sweep-k8s/sweep/blob/main/docs/troubleshooting.md"},
+			"https://github.com/sweep-k8s/sweep/blob/v" + chartVersion(t) + "/docs/troubleshooting.md"},
 		{"a base of one's own", []string{"--set", "metrics.prometheusRule.runbookBaseURL=https://wiki.example/sweep"}, "https://wiki.example/sweep"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -1062,6 +1066,15 @@ func TestChartAlertRunbooks(t *testing.T) {
 				t.Errorf("%d alerts rendered, want the chart's six at least", n)
 			}
 		})
+	}
+	// Each alert's section says what to check and what to do.
+	_, alerts, _ := strings.Cut(string(doc), "\n## Alerts\n")
+	alerts, _, _ = strings.Cut(alerts, "\n## ")
+	for _, section := range strings.Split(alerts, "\n### ")[1:] {
+		title, _, _ := strings.Cut(section, "\n")
+		if !strings.Contains(section, "\n**Check**") || !strings.Contains(section, "\n**Do**") {
+			t.Errorf("docs/troubleshooting.md: the runbook of %s lacks **Check** or **Do**", title)
+		}
 	}
 }
 
@@ -1267,4 +1280,20 @@ func TestChartUninstallResources(t *testing.T) {
 	if _, err := cleanup.ParseResourceConfig([]byte(data[cleanup.ResourceConfigName])); err != nil {
 		t.Errorf("sweepd refuses the chart's resource-config.json: %v\n%s", err, data[cleanup.ResourceConfigName])
 	}
+}
+
+// chartVersion is the chart's version, as Chart.yaml has it.
+func chartVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(chartrender.Dir + "/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "version: "); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	t.Fatal("Chart.yaml has no version")
+	return ""
 }
