@@ -1,7 +1,9 @@
 // Package journal is the node's bounded record of what sweep removed: one
 // JSON line per removed file or released reservation (time, file, pod, UID,
 // sandbox, reason) in the daemon's state directory, kept across restarts
-// and log rotation, and read back by `sweepd journal`.
+// and log rotation, and read back by `sweepd journal`. Its Reporter keeps
+// it for the daemon's runs and `sweepd prune`'s, a reporter of each run
+// (package report) beside the metrics and the Node's Events.
 package journal
 
 import (

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -308,29 +309,15 @@ func resolveAll(mapper cleanup.Mapper, entries []cleanup.ResourceEntry, self cle
 	return targets, gvr, nil
 }
 
-// retryFor calls fn until it succeeds, fails with cleanup.ErrConfig, or d
-// passes.
+// retryFor calls fn every 2s until it succeeds, fails with
+// cleanup.ErrConfig, or d passes; it returns fn's last error.
 func retryFor(ctx context.Context, d time.Duration, fn func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := fn()
-		if err == nil || errors.Is(err, cleanup.ErrConfig) || time.Now().After(deadline) {
-			return err
-		}
-		sleep(ctx, 2*time.Second)
-		if ctx.Err() != nil {
-			return err
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, d, true, func(context.Context) (bool, error) {
+		err = fn()
+		return err == nil || errors.Is(err, cleanup.ErrConfig), nil
+	})
+	return err
 }
 
 // serveFinalize starts the FinalizeCleanup server; stop ends it.
