@@ -46,11 +46,26 @@ func (r *selfRun) foreignServiceAccount(ctx context.Context, sa, self *unstructu
 	if reason := owned(sa, self); reason != "" {
 		return reason, nil
 	}
-	opts := metav1.ListOptions{
+	pods, err := r.list(ctx, podsGVR, sa.GetNamespace(), metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.serviceAccountName", sa.GetName()).String(),
-		Limit:         listPageSize,
+	})
+	if err != nil {
+		return "", fmt.Errorf("cannot tell whether another pod runs as it (grant list on pods in %s): %w", sa.GetNamespace(), err)
 	}
-	ri := r.c.Dynamic.Resource(podsGVR).Namespace(sa.GetNamespace())
+	for i := range pods {
+		if p := &pods[i]; !selfsPod(p, self.GetUID()) {
+			return fmt.Sprintf("the pod %s/%s runs as it too", p.GetNamespace(), p.GetName()), nil
+		}
+	}
+	return "", nil
+}
+
+// list lists gvr in namespace ns, page by page, each page's request
+// retried as the cleanup's others are.
+func (r *selfRun) list(ctx context.Context, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) ([]unstructured.Unstructured, error) {
+	opts.Limit = listPageSize
+	ri := r.c.Dynamic.Resource(gvr).Namespace(ns)
+	var items []unstructured.Unstructured
 	for {
 		var list *unstructured.UnstructuredList
 		err := retryTransient(ctx, func() (err error) {
@@ -58,15 +73,11 @@ func (r *selfRun) foreignServiceAccount(ctx context.Context, sa, self *unstructu
 			return err
 		})
 		if err != nil {
-			return "", fmt.Errorf("cannot tell whether another pod runs as it (grant list on pods in %s): %w", sa.GetNamespace(), err)
+			return nil, err
 		}
-		for i := range list.Items {
-			if p := &list.Items[i]; !selfsPod(p, self.GetUID()) {
-				return fmt.Sprintf("the pod %s/%s runs as it too", p.GetNamespace(), p.GetName()), nil
-			}
-		}
+		items = append(items, list.Items...)
 		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			return "", nil
+			return items, nil
 		}
 	}
 }
@@ -132,22 +143,9 @@ func (r *selfRun) foreignRole(ctx context.Context, role, self *unstructured.Unst
 	if reason := owned(role, self); reason != "" {
 		return reason, nil
 	}
-	var bindings []unstructured.Unstructured
-	opts := metav1.ListOptions{Limit: listPageSize}
-	ri := r.c.Dynamic.Resource(roleBindingGVR).Namespace(role.GetNamespace())
-	for {
-		var list *unstructured.UnstructuredList
-		err := retryTransient(ctx, func() (err error) {
-			list, err = ri.List(ctx, opts)
-			return err
-		})
-		if err != nil {
-			return "", fmt.Errorf("cannot tell whether another RoleBinding binds it (grant list on rolebindings in %s): %w", role.GetNamespace(), err)
-		}
-		bindings = append(bindings, list.Items...)
-		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			break
-		}
+	bindings, err := r.list(ctx, roleBindingGVR, role.GetNamespace(), metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("cannot tell whether another RoleBinding binds it (grant list on rolebindings in %s): %w", role.GetNamespace(), err)
 	}
 	for i := range bindings {
 		b := &bindings[i]
