@@ -199,8 +199,12 @@ func (r *Reporter) File(f prune.File) {
 	r.w.File(f)
 }
 
-// Report implements report.Reporter.
-func (r *Reporter) Report(_ context.Context, _ report.Run) {
+// Report implements report.Reporter. A run that did not start wrote
+// nothing, and may be reported beside one that runs (still-running).
+func (r *Reporter) Report(_ context.Context, run report.Run) {
+	if !run.Started() {
+		return
+	}
 	r.tried = false
 	if r.w != nil {
 		if err := r.w.Flush(); err != nil {

@@ -88,12 +88,13 @@ func TestReporter(t *testing.T) {
 	var logs bytes.Buffer
 	r := NewReporter(dir, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx := context.Background()
+	ran := report.Run{Summary: &prune.Summary{}} // a run that went through its files
 
 	// A run that removes nothing opens nothing.
 	kept := removed(0)
 	kept.Remove = false
 	r.File(kept)
-	r.Report(ctx, report.Run{})
+	r.Report(ctx, ran)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("a run that removed nothing made the state directory: %v", err)
 	}
@@ -105,9 +106,9 @@ func TestReporter(t *testing.T) {
 	}
 	r.File(removed(1))
 	r.File(removed(2))
-	r.Report(ctx, report.Run{})
+	r.Report(ctx, ran)
 	r.File(removed(3))
-	r.Report(ctx, report.Run{})
+	r.Report(ctx, ran)
 	if n := strings.Count(logs.String(), "cannot write the journal"); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
@@ -118,10 +119,18 @@ func TestReporter(t *testing.T) {
 	}
 	r.File(removed(4))
 	r.File(removed(5))
-	r.Report(ctx, report.Run{})
+	r.Report(ctx, ran)
 	recs, err := Read(dir, 0)
 	if err != nil || len(recs) != 2 || recs[0].Pod != "default/web-4" {
 		t.Fatalf("Read: %v, %+v; want web-4 and web-5", err, recs)
+	}
+	// A run that did not start (reported beside one that runs) changes
+	// nothing: the next removal is still journaled.
+	r.Report(ctx, report.Run{})
+	r.File(removed(6))
+	r.Report(ctx, ran)
+	if recs, err := Read(dir, 0); err != nil || len(recs) != 3 {
+		t.Fatalf("Read: %v, %d records; want 3", err, len(recs))
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)

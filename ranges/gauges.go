@@ -130,8 +130,12 @@ func NewReader(confDir string, grace time.Duration, sandboxes func(context.Conte
 func (r *Reader) Collector() prometheus.Collector { return r.gauges }
 
 // Report implements report.Reporter: what a run released shows in the
-// ranges at once.
-func (r *Reader) Report(ctx context.Context, _ report.Run) { r.Refresh(ctx) }
+// ranges at once. A run that did not start released nothing.
+func (r *Reader) Report(ctx context.Context, run report.Run) {
+	if run.Started() {
+		r.Refresh(ctx)
+	}
+}
 
 // Refresh reads the ranges once and sets the gauges; a read already in
 // progress makes it return at once.

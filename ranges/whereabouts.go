@@ -77,6 +77,9 @@ func (g *WhereaboutsHeld) File(f prune.File) {
 // Report implements report.Reporter: a complete scheduled run saw every
 // live pod's results file, and its count replaces the gauge's.
 func (g *WhereaboutsHeld) Report(_ context.Context, r report.Run) {
+	if !r.Started() {
+		return // it saw no file, and may be reported beside one that runs
+	}
 	live := g.live
 	g.live = nil
 	if r.Kind == report.Scheduled && r.Completed() {

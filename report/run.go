@@ -111,8 +111,9 @@ func (r Run) Unproven() bool { return r.Skip == SkipNodeUnproven || r.Skip == Sk
 
 // Reporter makes one sink of what a run became.
 type Reporter interface {
-	// Report takes one run's outcome. Runs are reported one at a time, in
-	// the order they end.
+	// Report takes one run's outcome. The runs that start are reported
+	// one at a time, in the order they end; one that did not start (a
+	// skip, still-running above all) may be reported while another runs.
 	Report(ctx context.Context, r Run)
 }
 
