@@ -543,7 +543,7 @@ func (r *selfRun) foreignClusterRole(ctx context.Context, cr, self *unstructured
 		return fmt.Sprintf("the ClusterRoleBinding binds %s %s", kind, name), nil
 	}
 	if reason := r.otherSubject(crb); reason != "" {
-		return "the ClusterRoleBinding " + strings.TrimPrefix(reason, "it "), nil
+		return "the ClusterRoleBinding " + reason, nil
 	}
 	if saKept != "" {
 		return fmt.Sprintf("the ClusterRoleBinding grants the ServiceAccount %s, which stays: %s", r.opts.ServiceAccount, saKept), nil

@@ -113,7 +113,7 @@ func (r *selfRun) foreignRoleBinding(rb, self *unstructured.Unstructured, saKept
 		return fmt.Sprintf("it binds %s %s", kind, name), nil
 	}
 	if reason := r.otherSubject(rb); reason != "" {
-		return reason, nil
+		return "it " + reason, nil
 	}
 	if saKept != "" {
 		return fmt.Sprintf("it grants the ServiceAccount %s, which stays: %s", r.opts.ServiceAccount, saKept), nil
@@ -122,13 +122,13 @@ func (r *selfRun) foreignRoleBinding(rb, self *unstructured.Unstructured, saKept
 }
 
 // otherSubject says which subject of the binding b is not the workload's
-// ServiceAccount, or "".
+// ServiceAccount ("also binds KIND NAMESPACE/NAME"), or "".
 func (r *selfRun) otherSubject(b *unstructured.Unstructured) string {
 	subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
 	for _, s := range subjects {
 		m, _ := s.(map[string]any)
 		if m["kind"] != "ServiceAccount" || r.opts.ServiceAccount == "" || m["name"] != r.opts.ServiceAccount || m["namespace"] != r.opts.Namespace {
-			return fmt.Sprintf("it also binds %v %v/%v", m["kind"], m["namespace"], m["name"])
+			return fmt.Sprintf("also binds %v %v/%v", m["kind"], m["namespace"], m["name"])
 		}
 	}
 	return ""

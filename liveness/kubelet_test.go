@@ -115,27 +115,7 @@ func TestKubeletEndpoint(t *testing.T) {
 			}, err: true, want: "10-runtime.conf"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			readFile := func(path string) ([]byte, error) {
-				if data, ok := tc.files[path]; ok {
-					return []byte(data), nil
-				}
-				return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
-			}
-			// glob answers in reverse order: the drop-ins' order must be the
-			// kubelet's, not whatever the directory listing gives.
-			glob := func(pattern string) ([]string, error) {
-				var m []string
-				for path := range tc.files {
-					if ok, err := filepath.Match(pattern, path); err != nil {
-						return nil, err
-					} else if ok {
-						m = append(m, path)
-					}
-				}
-				slices.Sort(m)
-				slices.Reverse(m)
-				return m, nil
-			}
+			readFile, glob := kubeletFiles(tc.files)
 			got, err := kubeletEndpoint(append([]string{"/usr/bin/kubelet"}, tc.args...), readFile, glob)
 			switch {
 			case tc.err && err == nil:
@@ -147,6 +127,33 @@ func TestKubeletEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kubeletFiles are a kubelet's configuration files as readKubeletSettings
+// reads them, from files by path. glob answers in reverse order: the
+// drop-ins' order must be the kubelet's, not whatever the directory listing
+// gives.
+func kubeletFiles(files map[string]string) (readFile func(string) ([]byte, error), glob func(string) ([]string, error)) {
+	readFile = func(path string) ([]byte, error) {
+		if data, ok := files[path]; ok {
+			return []byte(data), nil
+		}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	glob = func(pattern string) ([]string, error) {
+		var m []string
+		for path := range files {
+			if ok, err := filepath.Match(pattern, path); err != nil {
+				return nil, err
+			} else if ok {
+				m = append(m, path)
+			}
+		}
+		slices.Sort(m)
+		slices.Reverse(m)
+		return m, nil
+	}
+	return readFile, glob
 }
 
 // TestKubeletPort pins which serving port a kubelet holds, by the
@@ -173,21 +180,7 @@ func TestKubeletPort(t *testing.T) {
 		{"a configuration port out of range", []string{"--config=/c.yaml"}, map[string]string{"/c.yaml": "port: 70000\n"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			readFile := func(path string) ([]byte, error) {
-				if data, ok := tc.files[path]; ok {
-					return []byte(data), nil
-				}
-				return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
-			}
-			glob := func(pattern string) ([]string, error) {
-				var m []string
-				for path := range tc.files {
-					if ok, _ := filepath.Match(pattern, path); ok {
-						m = append(m, path)
-					}
-				}
-				return m, nil
-			}
+			readFile, glob := kubeletFiles(tc.files)
 			got, err := readKubeletSettings(append([]string{"/usr/bin/kubelet"}, tc.args...), readFile, glob)
 			if tc.want == 0 {
 				if err == nil {
