@@ -67,10 +67,13 @@ func leaseFreshAge(duration time.Duration) time.Duration {
 // kubelet's can be (renewalAge): a one-shot prune then need not wait for
 // the next one.
 //
-// It reads the Lease with GET, which the Node authorizer grants a kubelet's
-// credentials for its own Lease (list and watch it does not), and only
-// while someone asks (Prove, or Holds during a run): a daemon between its
-// runs sends no request for it.
+// The daemon watches the Lease (lease_watch.go), which costs the API server
+// nothing it reads from etcd. Without the watch (a one-shot prune, or the
+// kubelet's own credentials, which the Node authorizer lets get their
+// node's Lease but not list or watch it) it reads the Lease with GET, and
+// only while someone asks (Prove, or Holds during a run) and no recent
+// renewal is proven already: a daemon between its runs sends no request
+// for it.
 type leaseWitness struct {
 	node    string
 	leases  dynamic.ResourceInterface
@@ -89,6 +92,9 @@ type leaseWitness struct {
 	// stale says why the last read did not prove the kubelet alive by the
 	// age of its renewal; "" when it did.
 	stale string
+	// watchSeen is when the last renewal the watch proved was made, on
+	// sweepd's clock (lease_watch.go); zero: none.
+	watchSeen time.Time
 }
 
 func newLeaseWitness(client dynamic.Interface, node string, timeout time.Duration) *leaseWitness {
@@ -339,19 +345,21 @@ func (w *leaseWitness) holdsLocked() bool {
 }
 
 // run reads the Lease in the background until ctx ends, while someone asks
-// (a proof, or a run's removals within the last Lease duration): a quarter
-// of the Lease's duration apart while renewals are seen, so that each
-// renewal is, and faster while none is. A run's proof then holds while it
-// removes, and stops holding a Lease's duration after the kubelet stops.
+// (a proof, or a run's removals within the last Lease duration) and no
+// renewal proven within half the Lease's duration keeps the proof (the
+// watch's, or an earlier read's): with the watch following the Lease it
+// reads nothing; without it (refused, lagging, or proving nothing), every
+// quarter to half of the Lease's duration while renewals are seen, so that
+// a proof holds while a run removes, and faster while none is. Either way
+// the proof stops holding a Lease's duration after the kubelet stops.
 func (w *leaseWitness) run(ctx context.Context) {
 	for {
 		wait := leaseIdleCheck
-		if w.wanted() {
+		if w.wanted() && !w.provenRecently() {
 			w.read(ctx)
 			w.mu.Lock()
-			wait = w.fastPollLocked()
-			if w.holdsLocked() {
-				wait = w.duration / 4
+			if !w.holdsLocked() {
+				wait = w.fastPollLocked()
 			}
 			w.mu.Unlock()
 		}
@@ -361,6 +369,15 @@ func (w *leaseWitness) run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// provenRecently reports whether the last renewal proven was made within
+// half the Lease's duration: the proof holds for at least as long again,
+// and a kubelet that renews every quarter of it has renewed since.
+func (w *leaseWitness) provenRecently() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.seenAt.IsZero() && w.now().Sub(w.seenAt) <= w.duration/2
 }
 
 // wanted reports whether a proof or a run asked within the Lease's duration.

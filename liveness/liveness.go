@@ -289,7 +289,7 @@ func (v *Views) Sources() prune.Sources {
 }
 
 // Run keeps the views following the API server, and the kubelet's Lease
-// read, until ctx ends.
+// watched (read with GET where it cannot be), until ctx ends.
 func (v *Views) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -299,6 +299,7 @@ func (v *Views) Run(ctx context.Context) {
 	}
 	if v.lease != nil && v.follow {
 		wg.Go(func() { v.lease.run(ctx) })
+		wg.Go(func() { v.lease.watchLease(ctx) })
 	}
 	<-ctx.Done()
 }

@@ -803,6 +803,8 @@ func TestChartApply(t *testing.T) {
 		// The kubelets' node Leases: read by name, nothing more.
 		{daemonSA, "get", "leases.coordination.k8s.io/node-a", "kube-node-lease", true},
 		{daemonSA, "list", "leases.coordination.k8s.io", "kube-node-lease", false},
+		{daemonSA, "watch", "leases.coordination.k8s.io", "kube-node-lease", true},
+		{daemonSA, "watch", "leases.coordination.k8s.io", "kube-system", false},
 		{daemonSA, "update", "leases.coordination.k8s.io/node-a", "kube-node-lease", false},
 		{daemonSA, "get", "leases.coordination.k8s.io/other", "kube-system", false},
 		{daemonSA, "watch", "configmaps", chartrender.Namespace, true},
