@@ -46,7 +46,7 @@ func stampedLease(t *testing.T, holder string, stamp time.Time, rv string) *unst
 // no renewal now, and never bridges to a later GET.
 func TestLeaseWatchedRenewalAge(t *testing.T) {
 	server := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC) // the API server's Date when the watch started
-	sent := leaseTestEpoch                                   // sweepd's clock then: unrelated to the API server's
+	sent := leaseTestEpoch                                  // sweepd's clock then: unrelated to the API server's
 	type event struct {
 		at     time.Duration // after the watch was sent, on sweepd's clock
 		holder string        // "" is the node's kubelet
@@ -316,4 +316,3 @@ func awaitTrue(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
