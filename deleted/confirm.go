@@ -45,21 +45,29 @@ var errNoClient = errors.New("no API server client")
 
 // confirm asks the API server, not the view, whether each of refs is
 // deleted, by UID: a second observation before anything of a pod is
-// removed sooner than a scheduled run would. A few pods are asked by a GET
-// each, which etcd answers (no resourceVersion: a quorum read, never the
-// watch cache); more by one list of the node's pods that etcd answers or
-// that the API server serves from its cache only once that cache is as
-// fresh as etcd (a consistent list). A pod in the answer with its UID is
-// alive, another of its name replaced it, and one absent is gone: the list
-// holds every pod bound to the node. On an error, the verdicts so far.
-func confirm(ctx context.Context, client metadata.Interface, node string, refs []prune.PodRef) (map[string]Verdict, error) {
+// removed sooner than a scheduled run would. The read is as fresh as the
+// deletion the view saw and no fresher: rv is the resourceVersion at which
+// the view saw the last of refs go (the DELETED event's, or the list's
+// that no longer held it), and the API server answers from its watch cache
+// once that cache has reached rv (NotOlderThan), never with a read of etcd
+// nor a consistent read of the cluster's pods, which a mass deletion would
+// make every node send at once. That is as good a witness as a quorum
+// read: a pod absent at a version not older than its deletion is gone for
+// good, since no pod is ever made again with its UID, and one present
+// there with its UID was alive then, which keeps its files. An empty rv
+// (a view that did not say) asks etcd, as before. A few pods are asked by
+// a GET each, more by one list of the node's pods (the cache's index of
+// spec.nodeName). A pod in the answer with its UID is alive, another of
+// its name replaced it, and one absent is gone: the list holds every pod
+// bound to the node. On an error, the verdicts so far.
+func confirm(ctx context.Context, client metadata.Interface, node string, refs []prune.PodRef, rv string) (map[string]Verdict, error) {
 	if client == nil {
 		return nil, errNoClient
 	}
 	out := make(map[string]Verdict, len(refs))
 	if len(refs) <= confirmListAbove {
 		for _, ref := range refs {
-			m, err := client.Resource(podsResource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			m, err := client.Resource(podsResource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{ResourceVersion: rv})
 			switch {
 			case apierrors.IsNotFound(err):
 				out[ref.UID] = Gone
@@ -73,7 +81,11 @@ func confirm(ctx context.Context, client metadata.Interface, node string, refs [
 		}
 		return out, nil
 	}
-	list, err := client.Resource(podsResource).List(ctx, metav1.ListOptions{FieldSelector: liveness.NodeSelector(node)})
+	opts := metav1.ListOptions{FieldSelector: liveness.NodeSelector(node), ResourceVersion: rv}
+	if rv != "" {
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+	}
+	list, err := client.Resource(podsResource).List(ctx, opts)
 	if err != nil {
 		return out, fmt.Errorf("list the pods of node %s: %w", node, err)
 	}

@@ -45,7 +45,7 @@ func TestConfirm(t *testing.T) {
 				all = append(all, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("more-", i), UID: uid})
 				w[uid] = Gone
 			}
-			got, err := confirm(t.Context(), client, "node-a", all)
+			got, err := confirm(t.Context(), client, "node-a", all, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,9 +74,31 @@ func TestConfirmForbidden(t *testing.T) {
 		for i := range n {
 			refs = append(refs, prune.PodRef{Namespace: "ns", Name: fmt.Sprint("p-", i), UID: fmt.Sprint("uid-", i)})
 		}
-		got, err := confirm(t.Context(), client, "node-a", refs)
+		got, err := confirm(t.Context(), client, "node-a", refs, "")
 		if !apierrors.IsForbidden(err) || len(got) != 0 {
 			t.Errorf("%d pods: verdicts %v, err %v; want none and the 403", n, got, err)
+		}
+	}
+}
+
+// TestLatest: the confirmation of a batch reads the cache not older than
+// the newest deletion of it, compared as numbers; a version unknown or not
+// a number asks etcd ("").
+func TestLatest(t *testing.T) {
+	for _, tc := range []struct {
+		rvs  []string
+		want string
+	}{
+		{[]string{"7"}, "7"},
+		{[]string{"7", "12", "9"}, "12"},
+		{[]string{"100", "99"}, "100"}, // as numbers, not strings
+		{[]string{"7", ""}, ""},
+		{[]string{"", "7"}, ""},
+		{[]string{"7", "abc"}, ""},
+		{nil, ""},
+	} {
+		if got := latest(tc.rvs); got != tc.want {
+			t.Errorf("latest(%q) = %q, want %q", tc.rvs, got, tc.want)
 		}
 	}
 }

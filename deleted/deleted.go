@@ -12,9 +12,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -106,6 +108,9 @@ type pod struct {
 	ref prune.PodRef
 	// seen is when the view saw it go.
 	seen time.Time
+	// rv is the resourceVersion at which the view saw it go ("": unknown):
+	// its confirmation reads the API server's cache not older than that.
+	rv string
 	// confirmed: the API server said it is gone; a UID is never given
 	// again, so it is not asked twice.
 	confirmed bool
@@ -131,6 +136,10 @@ type Checker struct {
 	metrics *metrics
 	// window is batchWindow but in tests.
 	window time.Duration
+	// jitter delays every check of this node's by the same random part of
+	// the grace, so that the nodes of a mass deletion (a namespace, a
+	// rollout) do not all ask the API server in the same second.
+	jitter time.Duration
 }
 
 // New returns the check of the deleted pods of node, confirmed with client
@@ -141,10 +150,24 @@ func New(cfg Config, client metadata.Interface, node string, p Pruner, log *slog
 
 func newChecker(cfg Config, client metadata.Interface, node string, p Pruner, log *slog.Logger, clk clock.WithTicker) *Checker {
 	c := &Checker{cfg: cfg, log: log, client: client, node: node, pruner: p, clock: clk, pods: map[string]*pod{}, window: batchWindow,
-		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.Grace, maxBackoff)}
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.Grace, maxBackoff), jitter: nodeJitter(cfg.Grace)}
 	c.queue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: clk})
 	c.metrics = newMetrics(c.queued)
 	return c
+}
+
+// maxJitter bounds a node's jitter: the time from a deletion to its check
+// grows by at most this much.
+const maxJitter = 30 * time.Second
+
+// nodeJitter is a node's delay of its checks: random in [0, grace), at most
+// maxJitter, drawn once, so that a mass deletion's checks spread over the
+// grace across the nodes, each node still checking its pods together.
+func nodeJitter(grace time.Duration) time.Duration {
+	if g := min(grace, maxJitter); g > 0 {
+		return rand.N(g)
+	}
+	return 0
 }
 
 // queued is the number of pods waiting for their check.
@@ -154,11 +177,12 @@ func (c *Checker) queued() int {
 	return len(c.pods)
 }
 
-// PodDeleted is the view's news of a pod that left it, which its kubelet
-// may still run until runsUntil (a force-deleted pod, to the end of its
-// grace): its check is due one grace after the later of the two, so that
-// nothing of a pod is checked while it may still run. It never blocks.
-func (c *Checker) PodDeleted(ref prune.PodRef, runsUntil time.Time) {
+// PodDeleted is the view's news of a pod that left it at resourceVersion
+// rv, which its kubelet may still run until runsUntil (a force-deleted pod,
+// to the end of its grace): its check is due one grace (and the node's
+// jitter) after the later of the two, so that nothing of a pod is checked
+// while it may still run. It never blocks.
+func (c *Checker) PodDeleted(ref prune.PodRef, runsUntil time.Time, rv string) {
 	if ref.MirrorUID != "" {
 		// A mirror pod's deletion says nothing of its static pod, which
 		// the kubelet runs from its manifest (and makes a mirror for
@@ -167,7 +191,7 @@ func (c *Checker) PodDeleted(ref prune.PodRef, runsUntil time.Time) {
 		return
 	}
 	now := c.clock.Now()
-	wait := c.cfg.Grace
+	wait := c.cfg.Grace + c.jitter
 	if runsUntil.After(now) {
 		c.log.Debug("deleted pod may still run: its check waits for the end of its grace",
 			"pod", ref.Namespace+"/"+ref.Name, "pod_uid", ref.UID, "seconds_left", runsUntil.Sub(now).Seconds())
@@ -177,7 +201,7 @@ func (c *Checker) PodDeleted(ref prune.PodRef, runsUntil time.Time) {
 	_, queued := c.pods[ref.UID]
 	full := !queued && len(c.pods) >= maxQueued
 	if !queued && !full {
-		c.pods[ref.UID] = &pod{ref: ref, seen: now}
+		c.pods[ref.UID] = &pod{ref: ref, seen: now, rv: rv}
 	}
 	c.mu.Unlock()
 	switch {
@@ -298,15 +322,17 @@ func (c *Checker) check(ctx context.Context, batch []*pod) {
 // queued again; one still alive is done.
 func (c *Checker) confirmAll(ctx context.Context, batch []*pod, now time.Time) map[string]*pod {
 	var ask []prune.PodRef
+	var rvs []string
 	for _, p := range batch {
 		if !p.confirmed {
 			ask = append(ask, p.ref)
+			rvs = append(rvs, p.rv)
 		}
 	}
 	var answers map[string]Verdict
 	if len(ask) > 0 {
 		var err error
-		answers, err = confirm(ctx, c.client, c.node, ask)
+		answers, err = confirm(ctx, c.client, c.node, ask, latest(rvs))
 		if err != nil && ctx.Err() == nil {
 			c.metrics.lookups.WithLabelValues(lookupError).Inc()
 			c.log.Warn("cannot confirm that deleted pods are gone; their check waits", "pods", len(ask), "error", err)
@@ -335,6 +361,26 @@ func (c *Checker) confirmAll(ctx context.Context, batch []*pod, now time.Time) m
 		targets[p.ref.UID] = p
 	}
 	return targets
+}
+
+// latest is the newest of the resourceVersions at which the view saw pods
+// go: a read not older than it is not older than any of them. "" when one
+// is unknown or not a number to compare (then the read asks etcd).
+func latest(rvs []string) string {
+	var newest string
+	for _, rv := range rvs {
+		if newest == "" {
+			newest = rv
+		}
+		n, err := resourceversion.CompareResourceVersion(rv, newest)
+		if err != nil {
+			return ""
+		}
+		if n > 0 {
+			newest = rv
+		}
+	}
+	return newest
 }
 
 // retry queues p again for another attempt: at at when set and not sooner

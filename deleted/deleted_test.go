@@ -175,14 +175,14 @@ func TestPodDeleted(t *testing.T) {
 	c := newTestChecker(t, &fakePruner{answers: []answer{{sum: outcome(nil)}}})
 	mirror := ref("kube-proxy-node-a")
 	mirror.MirrorUID = "manifest-hash"
-	c.PodDeleted(mirror, time.Time{})
-	c.PodDeleted(ref("web"), time.Time{})
-	c.PodDeleted(ref("web"), time.Time{})
+	c.PodDeleted(mirror, time.Time{}, "")
+	c.PodDeleted(ref("web"), time.Time{}, "")
+	c.PodDeleted(ref("web"), time.Time{}, "")
 	if c.queued() != 1 || testutil.ToFloat64(c.metrics.outcomes.WithLabelValues(outcomeStatic)) != 1 {
 		t.Fatalf("queued %d, static %v; want the web pod alone and one static", c.queued(), testutil.ToFloat64(c.metrics.outcomes.WithLabelValues(outcomeStatic)))
 	}
 	for i := range maxQueued {
-		c.PodDeleted(ref(fmt.Sprint("p-", i)), time.Time{})
+		c.PodDeleted(ref(fmt.Sprint("p-", i)), time.Time{}, "")
 	}
 	if c.queued() != maxQueued || testutil.ToFloat64(c.metrics.outcomes.WithLabelValues(outcomeDropped)) != 1 {
 		t.Fatalf("queued %d, dropped %v; want %d and 1", c.queued(), testutil.ToFloat64(c.metrics.outcomes.WithLabelValues(outcomeDropped)), maxQueued)
@@ -198,7 +198,7 @@ func TestRunBatches(t *testing.T) {
 	var want []string
 	for i := range confirmListAbove + 2 {
 		r := ref(fmt.Sprint("p-", i))
-		c.PodDeleted(r, time.Time{})
+		c.PodDeleted(r, time.Time{}, "")
 		want = append(want, r.UID)
 	}
 	slices.Sort(want)
@@ -242,5 +242,27 @@ func TestRetryWait(t *testing.T) {
 		if got := retryWait(tc.backoff, tc.at, now); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestNodeJitter: each node delays its checks by a random part of the grace,
+// at most maxJitter, so that a mass deletion's checks spread across the
+// nodes; none without a grace.
+func TestNodeJitter(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		for _, grace := range []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute} {
+			j := nodeJitter(grace)
+			if j < 0 || j >= min(grace, maxJitter) {
+				t.Fatalf("jitter %s of grace %s, want in [0, %s)", j, grace, min(grace, maxJitter))
+			}
+			seen[j] = true
+		}
+	}
+	if len(seen) < 100 {
+		t.Errorf("%d distinct jitters of 600, want them spread", len(seen))
+	}
+	if j := nodeJitter(0); j != 0 {
+		t.Errorf("jitter %s without a grace", j)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -92,8 +93,10 @@ type freshStore struct {
 	added func(obj any)
 	// deleted, when set, is told of each object that leaves the store: by
 	// the watch's delete, or in a later list that no longer holds it or
-	// holds another object (another UID) under its key.
-	deleted func(obj any)
+	// holds another object (another UID) under its key; rv is the
+	// resourceVersion at which the API server no longer held it (the
+	// delete's, or the list's).
+	deleted func(obj any, rv string)
 }
 
 func (s *freshStore) Add(obj any) error {
@@ -122,7 +125,11 @@ func (s *freshStore) Delete(obj any) error {
 		return err
 	}
 	if s.deleted != nil {
-		s.deleted(obj)
+		var rv string
+		if m, err := meta.Accessor(obj); err == nil {
+			rv = m.GetResourceVersion() // the delete's; "" for a final state unknown
+		}
+		s.deleted(obj, rv)
 	}
 	return nil
 }
@@ -166,7 +173,7 @@ func (s *freshStore) Replace(list []any, rv string) error {
 		s.added(obj)
 	}
 	for _, obj := range gone {
-		s.deleted(obj)
+		s.deleted(obj, rv)
 	}
 	s.f.setFresh()
 	return nil

@@ -53,7 +53,7 @@ type PodView struct {
 	arrived func()
 	// deleted, when set before Run (OnDeletion), is told of each pod that
 	// leaves the view after its first list.
-	deleted func(prune.PodRef, time.Time)
+	deleted func(prune.PodRef, time.Time, string)
 }
 
 // maxMirrors bounds the memory of mirror pods: a node runs a handful of
@@ -98,7 +98,7 @@ func NewPodView(rc *rest.Config, node string) (*PodView, error) {
 		if v.arrived != nil {
 			v.arrived()
 		}
-	}, deleted: func(obj any) {
+	}, deleted: func(obj any, rv string) {
 		ref, ok := podRef(obj)
 		if !ok {
 			return
@@ -108,7 +108,7 @@ func NewPodView(rc *rest.Config, node string) (*PodView, error) {
 			runsUntil = time.Time{}
 		}
 		if v.deleted != nil {
-			v.deleted(ref, runsUntil)
+			v.deleted(ref, runsUntil, rv)
 		}
 	}}
 	v.reflector = cache.NewReflectorWithOptions(lw, &viewPod{}, store,
@@ -176,8 +176,11 @@ func podRef(obj any) (prune.PodRef, bool) {
 // while the watch was down, or made again under its name with another
 // UID), with the time until which its kubelet may still run it (see
 // terminations); the view answers HasUID and HasName for it until then.
-// It must be set before Run; f must not block.
-func (v *PodView) OnDeletion(f func(ref prune.PodRef, runsUntil time.Time)) { v.deleted = f }
+// rv is the resourceVersion at which the API server no longer held it
+// (the delete event's, or the list's; "" when unknown): a read not older
+// than it confirms the deletion from the API server's cache. It must be
+// set before Run; f must not block.
+func (v *PodView) OnDeletion(f func(ref prune.PodRef, runsUntil time.Time, rv string)) { v.deleted = f }
 
 // OnArrival has f called for each pod that arrives in the view after its
 // first list; it must be set before Run.

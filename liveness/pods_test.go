@@ -49,23 +49,33 @@ func TestPodArrivals(t *testing.T) {
 // TestPodDeletions: the view tells of a pod that leaves it after its first
 // list: by the watch's delete, gone from a later list, or made again under
 // its name with another UID while the watch was down (the old UID left);
-// never of a pod a relist still holds.
+// never of a pod a relist still holds. Each with the resourceVersion at
+// which the API server no longer held it (the delete's, the relist's),
+// which its confirmation reads the cache at.
 func TestPodDeletions(t *testing.T) {
 	var gone []string
 	s := &freshStore{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), f: newFreshness(errNotListed),
 		transform: func(obj any) any { return obj },
-		deleted:   func(obj any) { gone = append(gone, string(obj.(*metav1.PartialObjectMetadata).UID)) }}
+		deleted: func(obj any, rv string) {
+			uid := "?"
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				uid = string(m.UID)
+			}
+			gone = append(gone, uid+"@"+rv)
+		}}
 	again := pod("b")
 	again.UID = "uid-b2"
+	deletedC := pod("c")
+	deletedC.ResourceVersion = "5"
 	steps := []struct {
 		name string
 		do   func() error
 		want []string
 	}{
 		{"first list", func() error { return s.Replace([]any{pod("a"), pod("b"), pod("c")}, "1") }, nil},
-		{"watch: deleted", func() error { return s.Delete(pod("c")) }, []string{"uid-c"}},
-		{"relist: nothing gone", func() error { return s.Replace([]any{pod("a"), pod("b")}, "2") }, nil},
-		{"relist: b made again with another UID, a gone", func() error { return s.Replace([]any{again}, "3") }, []string{"uid-a", "uid-b"}},
+		{"watch: deleted", func() error { return s.Delete(deletedC) }, []string{"uid-c@5"}},
+		{"relist: nothing gone", func() error { return s.Replace([]any{pod("a"), pod("b")}, "6") }, nil},
+		{"relist: b made again with another UID, a gone", func() error { return s.Replace([]any{again}, "7") }, []string{"uid-a@7", "uid-b@7"}},
 	}
 	for _, st := range steps {
 		gone = nil
