@@ -72,6 +72,8 @@ type Daemon struct {
 	problems *report.Problems
 	// condition is the Node's condition, nil unless Config.NodeCondition.
 	condition *report.NodeCondition
+	// events posts the runs' Events on the Node; nil without an API client.
+	events *report.NodeEvents
 	journal   *journal.Reporter // nil without a state directory
 	ranges    *ranges.Reader    // nil without a CNI configuration directory
 	synced    atomic.Bool       // first sync done
@@ -185,6 +187,7 @@ func (d *Daemon) buildReporters(whereabouts *ranges.WhereaboutsHeld) {
 	node := d.cfg.Liveness.NodeName
 	if dc := d.views.Dynamic(); dc != nil && node != "" {
 		events = report.NewNodeEvents(dc, node, d.views.NodeUID, d.log)
+		d.events = events
 		if d.cfg.NodeCondition {
 			condition = report.NewNodeCondition(dc, node, d.log)
 			d.condition = condition
@@ -426,11 +429,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Stop scheduling; the run in progress sees ctx and stops after its
 	// current file.
 	<-c.Stop().Done()
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stopCancel()
+	if d.events != nil {
+		// The runs counted for the next Normal Event are not lost.
+		d.events.Flush(stopCtx)
+	}
 	if d.condition != nil {
 		// What the condition says is kept up to date no more.
-		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		d.condition.Stop(stopCtx)
-		cancel()
 	}
 	d.log.Info("stopped")
 	return nil

@@ -31,11 +31,19 @@ const (
 	eventTimeout   = 10 * time.Second
 )
 
-// NodeEvents records each run that removed or released something as an
-// Event on the daemon's Node (Report): a record of what went that outlives
-// the daemon's log, and that `kubectl events --for node/NAME` shows beside
-// the kubelet's and node-problem-detector's. It posts the Warnings that
+// NodeEvents records what the runs removed or released as Events on the
+// daemon's Node (Report): a record of what went that outlives the daemon's
+// log, and that `kubectl events --for node/NAME` shows beside the
+// kubelet's and node-problem-detector's. It posts the Warnings that
 // Problems decides on too (Warn).
+//
+// The Normal Events aggregate: at most one every normalEvery per node. The
+// first run that removes something after a quiet window is posted at once;
+// the runs within the window after it are counted, and posted together
+// when it ends, as one Event whose note carries the counts and whose
+// events.k8s.io series the number of runs. At 5,000 nodes a check of
+// deleted pods per deletion would otherwise write an Event each (issue
+// 51); the journal and the log keep every run's detail.
 type NodeEvents struct {
 	events dynamic.ResourceInterface
 	node   string
@@ -43,17 +51,53 @@ type NodeEvents struct {
 	uid    func() string
 	log    *slog.Logger
 	failed bool // a failure was logged at WARN; the next ones at DEBUG
+	now    func() time.Time
+	// after runs f after d (time.AfterFunc but in tests).
+	after func(d time.Duration, f func())
 
+	mu sync.Mutex
 	// warned is when each Warning reason was last posted (warn).
-	mu     sync.Mutex
 	warned map[string]time.Time
+	// posted is when the last Normal Event was; pending what the runs
+	// since then removed, to be posted when normalEvery has passed.
+	posted  time.Time
+	pending *tally
+}
+
+// normalEvery is the least time between two Normal Events of one node.
+const normalEvery = 10 * time.Minute
+
+// tally is what runs removed and released, for one Event.
+type tally struct {
+	runs        int
+	first, last time.Time
+	removedBy   map[prune.Reason]int
+	released    int
+	dels        int
+}
+
+func (t *tally) add(sum *prune.Summary, at time.Time) {
+	if t.runs == 0 {
+		t.first = at
+	}
+	t.runs++
+	t.last = at
+	for r, n := range sum.RemovedBy {
+		t.removedBy[r] += n
+	}
+	if r := sum.Reservations; r != nil {
+		t.released += r.Released
+	}
+	if c := sum.CNIDel; c != nil {
+		t.dels += c.Succeeded
+	}
 }
 
 // NewNodeEvents posts the Events of node through client; uid returns the
 // Node's UID, "" when it is not known yet.
 func NewNodeEvents(client dynamic.Interface, node string, uid func() string, log *slog.Logger) *NodeEvents {
 	return &NodeEvents{events: client.Resource(eventsResource).Namespace(eventNamespace), node: node, uid: uid, log: log,
-		warned: map[string]time.Time{}}
+		warned: map[string]time.Time{}, now: time.Now, after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
 // Warning Events on the Node, a closed set of reasons: a node in trouble,
@@ -87,7 +131,7 @@ const (
 // Warn posts a Warning Event of reason (one of the Warn constants) on the
 // Node, unless one of that reason was posted within warnEvery.
 func (n *NodeEvents) Warn(ctx context.Context, reason, note string) {
-	now := time.Now()
+	now := n.now()
 	n.mu.Lock()
 	last, ok := n.warned[reason]
 	if ok && now.Sub(last) < warnEvery {
@@ -99,31 +143,88 @@ func (n *NodeEvents) Warn(ctx context.Context, reason, note string) {
 	n.create(ctx, "Warning", reason, note)
 }
 
-// Report implements Reporter: the Event of a real run's summary, if it
-// removed or released anything.
+// Report implements Reporter: a real run that removed or released
+// anything is posted at once when no Normal Event was within normalEvery,
+// else counted into the Event posted when normalEvery has passed.
 func (n *NodeEvents) Report(ctx context.Context, r Run) {
-	note := eventNote(r.Summary)
-	if note == "" {
+	if eventNote(r.Summary) == "" {
 		return
 	}
-	n.create(ctx, "Normal", eventReason, note)
+	now := n.now()
+	n.mu.Lock()
+	wait := normalEvery - now.Sub(n.posted)
+	if n.pending == nil {
+		n.pending = &tally{removedBy: map[prune.Reason]int{}}
+		if wait > 0 {
+			// The first run of the window: the Event of its tally goes
+			// when the window ends.
+			n.after(wait, func() { n.Flush(context.Background()) })
+		}
+	}
+	n.pending.add(r.Summary, now)
+	n.mu.Unlock()
+	if wait <= 0 {
+		n.Flush(ctx)
+	}
+}
+
+// Flush posts the Event of the runs counted since the last, if any: when
+// normalEvery has passed, and when the daemon stops.
+func (n *NodeEvents) Flush(ctx context.Context) {
+	n.mu.Lock()
+	t := n.pending
+	n.pending = nil
+	if t != nil {
+		n.posted = n.now()
+	}
+	n.mu.Unlock()
+	if t == nil {
+		return
+	}
+	ev := n.event("Normal", eventReason, t.note())
+	if t.runs > 1 {
+		// An events.k8s.io series: kubectl shows "(x N over ...)".
+		ev.Object["eventTime"] = metav1.NewMicroTime(t.first).UTC().Format(metav1.RFC3339Micro)
+		ev.Object["series"] = map[string]any{"count": int64(t.runs),
+			"lastObservedTime": metav1.NewMicroTime(t.last).UTC().Format(metav1.RFC3339Micro)}
+	}
+	n.post(ctx, ev)
+}
+
+// note says what the runs of t removed and released, as eventNote says it
+// of one run, and over how many runs.
+func (t *tally) note() string {
+	sum := &prune.Summary{FileCounts: prune.FileCounts{RemovedBy: t.removedBy},
+		Reservations: &prune.ReservationCounts{Released: t.released}, CNIDel: &prune.CNIDelCounts{Succeeded: t.dels}}
+	note := eventNote(sum)
+	if t.runs > 1 {
+		note += fmt.Sprintf(" in %d runs, %s to %s", t.runs, t.first.UTC().Format(time.TimeOnly), t.last.UTC().Format(time.TimeOnly))
+	}
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
+	}
+	return note
 }
 
 // create posts an Event of type typ on the Node; a failure is logged, at
 // WARN the first time.
 func (n *NodeEvents) create(ctx context.Context, typ, reason, note string) {
+	n.post(ctx, n.event(typ, reason, note))
+}
+
+// event is an Event of type typ on the Node, now.
+func (n *NodeEvents) event(typ, reason, note string) *unstructured.Unstructured {
 	if len(note) > 1024 {
 		note = note[:1021] + "..."
 	}
-	now := time.Now()
-	ev := &unstructured.Unstructured{Object: map[string]any{
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "events.k8s.io/v1",
 		"kind":       "Event",
 		"metadata": map[string]any{
 			"generateName": n.node + ".sweep-",
 			"namespace":    eventNamespace,
 		},
-		"eventTime":           metav1.NewMicroTime(now).UTC().Format(metav1.RFC3339Micro),
+		"eventTime":           metav1.NewMicroTime(n.now()).UTC().Format(metav1.RFC3339Micro),
 		"reportingController": eventController,
 		"reportingInstance":   "sweepd-" + n.node,
 		"action":              eventAction,
@@ -132,16 +233,22 @@ func (n *NodeEvents) create(ctx context.Context, typ, reason, note string) {
 		"note":                note,
 		"regarding":           map[string]any{"apiVersion": "v1", "kind": "Node", "name": n.node, "uid": n.regardingUID()},
 	}}
+}
+
+// post creates ev; a failure is logged, at WARN the first time.
+func (n *NodeEvents) post(ctx context.Context, ev *unstructured.Unstructured) {
 	ctx, cancel := context.WithTimeout(ctx, eventTimeout)
 	defer cancel()
 	if _, err := n.events.Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		n.mu.Lock()
 		level := slog.LevelWarn
 		if n.failed {
 			level = slog.LevelDebug
 		}
 		n.failed = true
+		n.mu.Unlock()
 		n.log.Log(ctx, level, "cannot record an Event on the Node (it needs create on events.events.k8s.io); the log and the metrics still have it",
-			"reason", reason, "error", err)
+			"reason", ev.Object["reason"], "error", err)
 	}
 }
 
