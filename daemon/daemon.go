@@ -73,7 +73,7 @@ type Daemon struct {
 	// condition is the Node's condition, nil unless Config.NodeCondition.
 	condition *report.NodeCondition
 	// events posts the runs' Events on the Node; nil without an API client.
-	events *report.NodeEvents
+	events    *report.NodeEvents
 	journal   *journal.Reporter // nil without a state directory
 	ranges    *ranges.Reader    // nil without a CNI configuration directory
 	synced    atomic.Bool       // first sync done
