@@ -222,7 +222,9 @@ func (v *Views) buildPods() error {
 		// With both views, a pod that may still run has its sandbox
 		// listed: the runtime decides, from its own list.
 		v.pods.runtimeDecides = c.Mode.Runtime()
-		v.nodeWatch = newNodeWatcher(v.dynamic, c.NodeName, c.SyncTimeout)
+		if v.nodeWatch, err = newNodeWatcher(rc, c.NodeName, c.SyncTimeout); err != nil {
+			return err
+		}
 		boot.nodes = v.nodeWatch
 		v.podSource = v.pods.source(c.SyncTimeout)
 	} else {

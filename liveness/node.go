@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sweep-k8s/sweep/prune"
@@ -144,29 +145,45 @@ type nodeWatcher struct {
 	reflector *cache.Reflector
 }
 
-func newNodeWatcher(client dynamic.Interface, name string, timeout time.Duration) *nodeWatcher {
-	nodes := client.Resource(nodesResource)
+func newNodeWatcher(rc *rest.Config, name string, timeout time.Duration) (*nodeWatcher, error) {
+	nodes, err := newNodesClient(rc)
+	if err != nil {
+		return nil, err
+	}
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	w := &nodeWatcher{freshness: newFreshness(fmt.Errorf("node %q has not been listed yet", name)), name: name, timeout: timeout,
 		store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
 	lw := w.listWatch(
 		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
-			return nodes.List(ctx, opts)
+			return nodes.list(ctx, opts)
 		},
 		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
-			return nodes.Watch(ctx, opts)
+			return nodes.watch(ctx, opts)
 		})
-	w.reflector = cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{},
+	w.reflector = cache.NewReflectorWithOptions(lw, &viewNode{},
 		&freshStore{Store: w.store, f: w.freshness, transform: slimNode}, cache.ReflectorOptions{Name: "sweep-node"})
-	return w
+	return w, nil
 }
 
-// slimNode keeps what identifies the machine behind a Node.
+// slimNode keeps what identifies the machine behind a Node, as the
+// unstructured Node that the one-shot's GET reads (infoOf).
 func slimNode(obj any) any {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	var u *unstructured.Unstructured
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		u = o
+	case *viewNode:
+		u = &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("Node")
+		u.SetName(o.Name)
+		u.SetResourceVersion(o.ResourceVersion)
+		u.SetAnnotations(o.Annotations)
+		_ = unstructured.SetNestedField(u.Object, o.Status.NodeInfo.BootID, "status", "nodeInfo", "bootID")
+		_ = unstructured.SetNestedField(u.Object, o.Status.NodeInfo.ContainerRuntimeVersion, "status", "nodeInfo", "containerRuntimeVersion")
+	default:
 		return obj
 	}
 	n := infoOf(u)

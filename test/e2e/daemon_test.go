@@ -21,22 +21,23 @@ import (
 
 // sweepdRequests counts the requests sweepd made, by its user agent, in the
 // API server's audit log, but for its reads of the kubelets' node Leases
-// (sweepdAudit counts them apart): those a daemon makes while it proves and prunes, a
-// few per Lease duration, whatever its cycles.
+// (sweepdAudit counts them apart): a daemon's watch of its node's Lease,
+// which starts again when the API server comes back, and the GETs where it
+// cannot watch, whatever its cycles.
 func sweepdRequests(t testing.TB, auditLog string) int {
 	t.Helper()
 	n, _ := sweepdAudit(t, auditLog)
 	return n
 }
 
-// sweepdAudit counts sweepd's requests in the audit log: those of node
-// Leases apart.
+// sweepdAudit counts sweepd's requests in the audit log: its GETs and
+// watches of node Leases apart.
 func sweepdAudit(t testing.TB, auditLog string) (requests, leaseReads int) {
 	t.Helper()
 	for _, ev := range controlplane.ReadAudit(t, auditLog) {
 		switch {
 		case !ev.By("sweepd"):
-		case ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-node-lease" && ev.Verb == "get":
+		case ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-node-lease" && (ev.Verb == "get" || ev.Verb == "watch"):
 			leaseReads++
 		default:
 			requests++
