@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,11 +28,24 @@ var errWatchEnded = errors.New("watch ended; waiting for the next list")
 // the reflector's Replace of the store returns, not when a list or watch
 // call returns (with watch-list the call returns before the initial state
 // has even arrived), and stale the moment a list or watch fails or the watch
-// stream ends. A watch that would resume from the last resource version
-// after its stream ended is refused, so that the reflector lists again:
-// after an outage, events in flight at the reconnect could otherwise reach
-// the store after a prune had judged by it. That costs one list per watch
-// renewal (every 5 to 10 minutes), never one per prune.
+// stream ends.
+//
+// A watch that ended cleanly resumes from the last resource version it
+// delivered, and the view is fresh again once the API server has accepted
+// the resumed watch, which replays from its cache whatever happened since:
+// clean is a stream that the API server closed at the timeout the watch
+// asked for (5 to 10 minutes, the reflector's), with no error, after an
+// event or a bookmark (the API server sends one 2s before the timeout)
+// within the last resumeQuiet, and the resume asked for within
+// resumeWindow of the end. What the store may lack until the replay
+// arrives is then what happened in the last few seconds, as a live watch
+// always lags by its events in flight: a pod made then has no file old
+// enough for any rule. Any other end (an error, an outage, a stream that
+// ended early or was quiet) lists again, so that after an outage no event
+// in flight at the reconnect reaches the store after a prune judged by it.
+// A relist of the node's pods is a read of every pod in the cluster on an
+// API server that cannot serve it from its cache (1.29, 1.30): every node's
+// every 5 to 10 minutes, before issue 51.
 type freshness struct {
 	mu       sync.Mutex
 	fresh    bool
@@ -39,12 +53,30 @@ type freshness struct {
 	canWatch bool // a watch may follow the last Replace
 	lastErr  error
 	changed  chan struct{} // closed and replaced on every change of fresh
+	// resumeRV is the resource version a cleanly ended watch may resume
+	// from, until resumeBy; "" when none may.
+	resumeRV string
+	resumeBy time.Time
+	now      func() time.Time
 }
+
+// Bounds of a resumed watch.
+const (
+	// resumeWindow is how soon after a clean end the resumed watch must be
+	// asked for: the reflector asks at once.
+	resumeWindow = 2 * time.Second
+	// resumeQuiet is the longest a clean stream may have been silent
+	// before its end: the API server's bookmark comes 2s before it.
+	resumeQuiet = 10 * time.Second
+	// resumeEarly is how much sooner than the timeout asked a stream may
+	// end and still count as ended by it.
+	resumeEarly = 5 * time.Second
+)
 
 // newFreshness returns a tracker that is not fresh; notListed is its error
 // until the first list is stored.
 func newFreshness(notListed error) *freshness {
-	return &freshness{changed: make(chan struct{}), lastErr: notListed}
+	return &freshness{changed: make(chan struct{}), lastErr: notListed, now: time.Now}
 }
 
 // listWatch makes the reflector's ListerWatcher from list and watch calls:
@@ -64,19 +96,30 @@ func (f *freshness) listWatch(
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			if !watchList && !f.takeWatch() {
-				// Expired makes the reflector list again (or watch-list)
-				// instead of resuming.
-				err := apierrors.NewResourceExpired("sweep lists again instead of resuming a watch")
-				f.setStale(err)
-				return nil, err
+			resume := false
+			if !watchList {
+				var ok bool
+				if ok, resume = f.takeWatch(opts.ResourceVersion); !ok {
+					// Expired makes the reflector list again (or
+					// watch-list) instead of resuming.
+					err := apierrors.NewResourceExpired("sweep lists again instead of resuming a watch that did not end cleanly")
+					f.setStale(err)
+					return nil, err
+				}
 			}
 			w, err := watchFn(ctx, opts)
 			if err != nil {
 				f.setStale(err)
 				return nil, err
 			}
-			return &trackedWatch{Interface: w, f: f}, nil
+			if resume {
+				f.setResumed()
+			}
+			tw := &trackedWatch{Interface: w, f: f, start: f.now(), rv: opts.ResourceVersion}
+			if opts.TimeoutSeconds != nil {
+				tw.timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+			}
+			return tw, nil
 		},
 	}
 }
@@ -195,13 +238,36 @@ func (f *freshness) setFresh() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.listed, f.canWatch = true, true
+	f.resumeRV = ""
 	f.setLocked(true)
+}
+
+// setResumed makes the view fresh again: the API server accepted the watch
+// that resumes a clean one.
+func (f *freshness) setResumed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setLocked(true)
+}
+
+// setEnded makes the view stale at the end of a watch stream, and lets a
+// watch resume from rv until resumeWindow from now when it ended cleanly.
+func (f *freshness) setEnded(clean bool, rv string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastErr = errWatchEnded
+	f.resumeRV = ""
+	if clean && rv != "" && rv != "0" {
+		f.resumeRV, f.resumeBy = rv, f.now().Add(resumeWindow)
+	}
+	f.setLocked(false)
 }
 
 func (f *freshness) setStale(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastErr = err
+	f.resumeRV = ""
 	f.setLocked(false)
 }
 
@@ -213,14 +279,19 @@ func (f *freshness) setLocked(fresh bool) {
 	}
 }
 
-// takeWatch reports whether a plain watch may start: once after each
-// Replace, while the view is fresh.
-func (f *freshness) takeWatch() bool {
+// takeWatch reports whether a plain watch from rv may start: once after
+// each Replace, while the view is fresh; or once after a watch that ended
+// cleanly, from where it ended and within resumeWindow (resume).
+func (f *freshness) takeWatch(rv string) (ok, resume bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ok := f.canWatch && f.fresh
+	ok = f.canWatch && f.fresh
 	f.canWatch = false
-	return ok
+	if !ok && f.resumeRV != "" && rv == f.resumeRV && !f.now().After(f.resumeBy) {
+		ok, resume = true, true
+	}
+	f.resumeRV = ""
+	return ok, resume
 }
 
 // HasSynced reports whether a first list has been stored.
@@ -268,13 +339,17 @@ func (f *freshness) waitFresh(ctx context.Context, timeout time.Duration) bool {
 }
 
 // trackedWatch marks the view stale as soon as the watch stream ends or
-// carries an error. The stop comes from the reflector; the channel closing
-// from the server side.
+// carries an error, and says whether it ended cleanly (see freshness). The
+// stop comes from the reflector; the channel closing from the server side.
 type trackedWatch struct {
 	watch.Interface
-	f    *freshness
-	once sync.Once
-	ch   chan watch.Event
+	f       *freshness
+	start   time.Time
+	timeout time.Duration // asked for; 0: none, never a clean end
+	rv      string        // of the last event delivered, or the watch's own
+	once    sync.Once
+	ch      chan watch.Event
+	stopped atomic.Bool
 }
 
 func (w *trackedWatch) ResultChan() <-chan watch.Event {
@@ -282,13 +357,21 @@ func (w *trackedWatch) ResultChan() <-chan watch.Event {
 		w.ch = make(chan watch.Event)
 		go func() {
 			defer close(w.ch)
-			defer w.f.setStale(errWatchEnded)
+			failed := false
+			last := w.start
 			for ev := range w.Interface.ResultChan() {
 				if ev.Type == watch.Error {
+					failed = true
 					w.f.setStale(errWatchEnded)
+				} else if m, err := meta.Accessor(ev.Object); err == nil {
+					w.rv, last = m.GetResourceVersion(), w.f.now()
 				}
 				w.ch <- ev
 			}
+			end := w.f.now()
+			clean := !failed && !w.stopped.Load() && w.timeout > 0 &&
+				end.Sub(w.start) >= w.timeout-min(resumeEarly, w.timeout/10) && end.Sub(last) <= resumeQuiet
+			w.f.setEnded(clean, w.rv)
 		}()
 	})
 	return w.ch
@@ -297,6 +380,7 @@ func (w *trackedWatch) ResultChan() <-chan watch.Event {
 // Stop stops the underlying watch; the forwarding goroutine then drains and
 // closes. Events the reflector no longer reads are dropped by that watch.
 func (w *trackedWatch) Stop() {
+	w.stopped.Store(true)
 	w.Interface.Stop()
 	w.once.Do(func() { w.ch = make(chan watch.Event); close(w.ch) })
 }
