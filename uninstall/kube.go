@@ -35,6 +35,10 @@ type DaemonSet struct {
 	Selector labels.Selector
 	// Deleting: the DaemonSet has a deletion timestamp.
 	Deleting bool
+	// Nodes is the number of nodes that should run its pod
+	// (status.desiredNumberScheduled): the followers of the leader
+	// election, whose number sets the leader's pace (leaseDurationFor).
+	Nodes int64
 }
 
 // ParseDaemonSet reads a DaemonSet from its unstructured form.
@@ -43,6 +47,7 @@ func ParseDaemonSet(u *unstructured.Unstructured) (*DaemonSet, error) {
 		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
 		ResourceVersion: u.GetResourceVersion(), Deleting: u.GetDeletionTimestamp() != nil,
 	}
+	ds.Nodes, _, _ = unstructured.NestedInt64(u.Object, "status", "desiredNumberScheduled")
 	raw, _, err := unstructured.NestedMap(u.Object, "spec", "selector")
 	if err != nil {
 		return nil, err

@@ -37,6 +37,21 @@ type elector struct {
 func (e *elector) renewDeadline() time.Duration { return e.duration * 2 / 3 }
 func (e *elector) retryPeriod() time.Duration   { return e.duration / 6 }
 
+// followerEventsPerSecond bounds the watch events that the leader's
+// renewals send to all its followers together: each renewal is one event
+// to every node's watch of the Lease.
+const followerEventsPerSecond = 1000
+
+// leaseDurationFor is the leader Lease's duration for a DaemonSet of nodes
+// nodes: the configured one, or longer when its renewals (every sixth of
+// it) would send the followers more than followerEventsPerSecond, so that
+// at 5,000 nodes the leader renews every 5s (a 30s Lease), not every 2.5s.
+// A dead leader is then replaced that much later.
+func leaseDurationFor(configured time.Duration, nodes int64) time.Duration {
+	paced := (time.Duration(nodes) * 6 * time.Second / followerEventsPerSecond).Round(time.Second)
+	return max(configured, paced)
+}
+
 // observe records the Lease as a candidate sees it (from a watch): the
 // expiry is measured from the last time its resourceVersion changed.
 func (e *elector) observe(u *unstructured.Unstructured, now time.Time) {

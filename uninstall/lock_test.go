@@ -40,3 +40,31 @@ func TestTakeable(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseDurationFor: the leader's renewals, one every sixth of its
+// Lease's duration and each an event to every follower's watch, send the
+// followers at most followerEventsPerSecond together: the configured
+// duration up to 2,500 nodes, longer above.
+func TestLeaseDurationFor(t *testing.T) {
+	for _, tc := range []struct {
+		configured time.Duration
+		nodes      int64
+		want       time.Duration
+	}{
+		{15 * time.Second, 0, 15 * time.Second},
+		{15 * time.Second, 3, 15 * time.Second},
+		{15 * time.Second, 2500, 15 * time.Second},
+		{15 * time.Second, 5000, 30 * time.Second},
+		{15 * time.Second, 20000, 2 * time.Minute},
+		{time.Minute, 5000, time.Minute},
+		{3 * time.Second, 1000, 6 * time.Second},
+	} {
+		got := leaseDurationFor(tc.configured, tc.nodes)
+		if got != tc.want {
+			t.Errorf("leaseDurationFor(%s, %d) = %s, want %s", tc.configured, tc.nodes, got, tc.want)
+		}
+		if events := float64(tc.nodes) / (got / 6).Seconds(); events > followerEventsPerSecond+1 {
+			t.Errorf("%d nodes, %s: %.0f events a second to the followers", tc.nodes, got, events)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,6 +113,11 @@ func (c *Coordinator) informer(gvr schema.GroupVersionResource, tweak func(*meta
 	// As generated informers do: a client that cannot stream a watch-list
 	// (client-go's fakes) gets a plain LIST and WATCH.
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c.dc), &unstructured.Unstructured{}, 0, cache.Indexers{})
+}
+
+// byName selects the one object of that name.
+func byName(name string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) { o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String() }
 }
 
 func withLabels(sel labels.Selector) func(*metav1.ListOptions) {

@@ -25,8 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -411,7 +409,7 @@ func (c *Coordinator) report(ctx context.Context, log *slog.Logger, h string, fa
 func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds *DaemonSet, entries []cleanup.ResourceEntry) bool {
 	e := &elector{
 		leases: c.leases(), ds: ds, name: LeaderLeaseName(ds.Name), identity: c.cfg.NodeName,
-		duration: c.cfg.LeaseDuration, log: log,
+		duration: leaseDurationFor(c.cfg.LeaseDuration, ds.Nodes), log: log,
 	}
 	for ctx.Err() == nil {
 		over, err := c.follow(ctx, log, e, h, ds.UID)
@@ -443,33 +441,32 @@ func (c *Coordinator) elect(ctx context.Context, log *slog.Logger, h string, ds 
 // of h is over (the leader has reached the self-cleanup, or the DaemonSet
 // with uid is gone: over is true) or the leader Lease may be taken (free,
 // ours, or not renewed within its duration). Watching rather than polling
-// keeps the cost of thousands of waiting daemons to one watch each of the
-// API server's watch cache.
+// keeps the cost of thousands of waiting daemons to a few watches each of
+// the API server's watch cache, each of one object by name: the leader
+// Lease, the status Lease and the DaemonSet, not every Lease of the
+// namespace that a label selector would have the API server filter while
+// every node writes its report there.
 func (c *Coordinator) follow(ctx context.Context, log *slog.Logger, e *elector, h string, uid types.UID) (over bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	leases := c.informer(leaseGVR, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelDaemonSet: DaemonSetLabel(c.cfg.Self.Name)}).String() +
-			"," + LabelRole + " in (" + RoleLeader + "," + RoleStatus + ")"
-	})
-	dss := c.informer(DaemonSetGVR, func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.Self.Name).String()
-	})
+	leaderInf := c.informer(leaseGVR, byName(e.name))
+	statusInf := c.informer(leaseGVR, byName(StatusLeaseName(c.cfg.Self.Name)))
+	dss := c.informer(DaemonSetGVR, byName(c.cfg.Self.Name))
 	changed := make(chan struct{}, 1)
-	for _, inf := range []cache.SharedIndexInformer{leases, dss} {
+	for _, inf := range []cache.SharedIndexInformer{leaderInf, statusInf, dss} {
 		if _, err := inf.AddEventHandler(notifier(changed)); err != nil {
 			return false, err
 		}
 		go inf.RunWithContext(ctx)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, dss.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), leaderInf.HasSynced, statusInf.HasSynced, dss.HasSynced) {
 		return false, ctx.Err()
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		var leader *unstructured.Unstructured
-		for _, l := range unstructuredItems(leases.GetStore().List()) {
+		for _, l := range unstructuredItems(append(leaderInf.GetStore().List(), statusInf.GetStore().List()...)) {
 			a := l.GetAnnotations()
 			switch {
 			case l.GetName() == StatusLeaseName(c.cfg.Self.Name) && a[AnnotationContent] == h && a[AnnotationPhase] == PhaseSelf:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -529,6 +530,31 @@ func TestUninstallAcrossNodes(t *testing.T) {
 		t.Logf("%d API requests by the four daemons in %s of waiting: %v", n, waitTo.Sub(waitFrom).Round(time.Millisecond), byVerb)
 		if n > 20 {
 			t.Errorf("%d requests in %s of waiting, want at most 20", n, waitTo.Sub(waitFrom))
+		}
+	})
+
+	t.Run("followers watch the Leases they need by name (issue 51)", func(t *testing.T) {
+		// A label selector over the namespace's Leases would have the API
+		// server filter every node's report for every follower.
+		names := map[string]bool{}
+		for _, ev := range evs {
+			if ev.User.Username != "system:serviceaccount:"+r.ns+":"+r.name || ev.Verb != "watch" || ev.ObjectRef.Resource != "leases" ||
+				ev.ObjectRef.Namespace != r.ns {
+				continue
+			}
+			u, err := url.ParseRequestURI(ev.RequestURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			name, ok := strings.CutPrefix(q.Get("fieldSelector"), "metadata.name=")
+			if !ok || q.Get("labelSelector") != "" {
+				t.Errorf("a watch of the Leases not by name: %s", ev.RequestURI)
+			}
+			names[name] = true
+		}
+		if !names[uninstall.LeaderLeaseName(r.name)] || !names[uninstall.StatusLeaseName(r.name)] {
+			t.Errorf("Leases watched %v, want the leader and the status Lease", names)
 		}
 	})
 

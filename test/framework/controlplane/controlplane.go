@@ -466,3 +466,7 @@ func joinGroups(groups []string) string {
 func loopbackURL(scheme string, port int) string {
 	return scheme + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
+
+// APIServerCPUSeconds is the CPU time the API server has used so far (user
+// and system), for benchmarks of what clients cost it.
+func (cp *ControlPlane) APIServerCPUSeconds() float64 { return cp.apiserver.cpuSeconds() }

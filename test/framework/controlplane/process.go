@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -122,3 +124,32 @@ func (p *process) logCount(s string) int {
 	data, _ := os.ReadFile(p.logPath)
 	return bytes.Count(data, []byte(s))
 }
+
+// cpuSeconds is the user and system CPU time the process has used, from
+// /proc/PID/stat; 0 when it is not running.
+func (p *process) cpuSeconds() float64 {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which may hold spaces, in
+	// parentheses: utime and stime are the 14th and 15th of the line.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times:
+// 100 on every Linux that Go runs on.
+const clockTicks = 100
