@@ -117,7 +117,9 @@ func (c *Coordinator) informer(gvr schema.GroupVersionResource, tweak func(*meta
 
 // byName selects the one object of that name.
 func byName(name string) func(*metav1.ListOptions) {
-	return func(o *metav1.ListOptions) { o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String() }
+	return func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	}
 }
 
 func withLabels(sel labels.Selector) func(*metav1.ListOptions) {
