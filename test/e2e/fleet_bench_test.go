@@ -204,11 +204,13 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	restCPU := (cp.APIServerCPUSeconds() - cpu1) / time.Since(restStart).Hours() / float64(nodes)
 	atRest := readFleetAudit(b, cp.AuditLog(), restStart)
 	nodeHours := float64(nodes) * time.Since(restStart).Hours()
-	var rssSum, rssMax float64
+	var rssSum, rssMax, anonSum, fileSum float64
 	for _, d := range daemons {
 		rss := d.Metric(b, "process_resident_memory_bytes") / (1 << 20)
 		rssSum += rss
 		rssMax = max(rssMax, rss)
+		anonSum += procStatus(b, d.Cmd.Process.Pid, "RssAnon:") / (1 << 20)
+		fileSum += procStatus(b, d.Cmd.Process.Pid, "RssFile:") / (1 << 20)
 	}
 
 	// Deleted pods: two of each node, 20s apart.
@@ -259,7 +261,8 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.Logf("mass deletion of %d pods: %d requests %v (%d that may reach etcd, %d Events); confirmations spread over %.1fs",
 		nodes*fleetMass, mass.requests, mass.byVerbRes, mass.consistent, mass.events, spread(mass.confirms))
 	b.Logf("at the daemons' stop: %d requests %v", stopped.requests, stopped.byVerbRes)
-	b.Logf("daemon RSS mean %.1f MiB, max %.1f MiB", rssSum/float64(nodes), rssMax)
+	b.Logf("daemon RSS mean %.1f MiB (anonymous %.1f, the binary's pages %.1f), max %.1f MiB",
+		rssSum/float64(nodes), anonSum/float64(nodes), fileSum/float64(nodes), rssMax)
 }
 
 // spread is the time between the first and the last of ts, in seconds.
