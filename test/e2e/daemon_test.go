@@ -46,6 +46,18 @@ func sweepdAudit(t testing.TB, auditLog string) (requests, leaseReads int) {
 	return requests, leaseReads
 }
 
+// sweepdLeaseGets counts sweepd's GETs of node Leases in the audit log.
+func sweepdLeaseGets(t testing.TB, auditLog string) int {
+	t.Helper()
+	n := 0
+	for _, ev := range controlplane.ReadAudit(t, auditLog) {
+		if ev.By("sweepd") && ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-node-lease" && ev.Verb == "get" {
+			n++
+		}
+	}
+	return n
+}
+
 func TestDaemonEndToEnd(t *testing.T) {
 	cp := controlplane.Start(t)
 	cs := cp.Clientset(t)
@@ -119,10 +131,16 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	t.Run("zero API requests per prune cycle", func(t *testing.T) {
 		before := sweepdRequests(t, cp.AuditLog())
+		leaseGets := sweepdLeaseGets(t, cp.AuditLog())
 		runs := d.Metric(t, "sweep_prune_runs_total")
 		framework.Eventually(t, 20*time.Second, "three more runs", func() bool { return d.Metric(t, "sweep_prune_runs_total") >= runs+3 })
 		if after := sweepdRequests(t, cp.AuditLog()); after != before {
 			t.Fatalf("%d API requests during %v prune runs, want 0", after-before, d.Metric(t, "sweep_prune_runs_total")-runs)
+		}
+		// Each run proves the kubelet alive by the watch of its Lease
+		// (issue 51), not by reading it.
+		if n := sweepdLeaseGets(t, cp.AuditLog()) - leaseGets; n != 0 {
+			t.Errorf("%d GETs of the kubelet's Lease during the runs, want 0: the watch proves", n)
 		}
 	})
 

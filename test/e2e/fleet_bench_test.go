@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -69,7 +70,7 @@ func BenchmarkFleetCost(b *testing.B) {
 			name = "sweepd"
 		}
 		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
+			for range b.N {
 				fleetCost(b, bin.path, nodes, rest)
 			}
 		})
@@ -108,12 +109,18 @@ type auditCount struct {
 }
 
 func readFleetAudit(b *testing.B, path string, since time.Time) auditCount {
+	return readFleetAuditUntil(b, path, since, time.Time{})
+}
+
+// readFleetAuditUntil counts the requests received from since until until
+// (zero: no end).
+func readFleetAuditUntil(b *testing.B, path string, since, until time.Time) auditCount {
 	c := auditCount{byVerbRes: map[string]int{}}
 	for _, ev := range controlplane.ReadAudit(b, path) {
-		if ev.Received.Before(since) {
+		if ev.Received.Before(since) || !until.IsZero() && ev.Received.After(until) {
 			continue
 		}
-		if ev.By("sweep-fake-kubelet") && ev.Verb == "update" && ev.ObjectRef.Resource == "leases" {
+		if strings.HasPrefix(ev.UserAgent, "sweep-fake-kubelet") && ev.Verb == "update" && ev.ObjectRef.Resource == "leases" {
 			c.leaseWrites++
 			continue
 		}
@@ -201,9 +208,10 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.StartTimer()
 	time.Sleep(rest)
 	b.StopTimer()
-	restCPU := (cp.APIServerCPUSeconds() - cpu1) / time.Since(restStart).Hours() / float64(nodes)
-	atRest := readFleetAudit(b, cp.AuditLog(), restStart)
-	nodeHours := float64(nodes) * time.Since(restStart).Hours()
+	restTook := time.Since(restStart)
+	restCPU := (cp.APIServerCPUSeconds() - cpu1) / restTook.Hours() / float64(nodes)
+	atRest := readFleetAuditUntil(b, cp.AuditLog(), restStart, restStart.Add(restTook))
+	nodeHours := float64(nodes) * restTook.Hours()
 	var rssSum, rssMax, anonSum, fileSum float64
 	for _, d := range daemons {
 		rss := d.Metric(b, "process_resident_memory_bytes") / (1 << 20)
@@ -253,7 +261,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.ReportMetric(rssMax, "daemon-RSS-MiB-max")
 	b.Logf("start: %d requests (%v), %d watches", startup.requests, startup.byVerbRes, startup.watches)
 	b.Logf("at rest %s, %d nodes: %d requests %v, %d watches started, %d that may reach etcd; the kubelets wrote %d Lease updates (%.0f a node-hour)",
-		time.Since(restStart).Round(time.Second), nodes, atRest.requests, atRest.byVerbRes, atRest.watches, atRest.consistent,
+		restTook.Round(time.Second), nodes, atRest.requests, atRest.byVerbRes, atRest.watches, atRest.consistent,
 		atRest.leaseWrites, float64(atRest.leaseWrites)/nodeHours)
 	b.Logf("API server CPU: %.3f s a node-hour with the daemons, %.3f with the kubelets alone", restCPU, baseCPU)
 	b.Logf("%d pods deleted 20s apart: %d requests %v (%d that may reach etcd, %d Events)",
@@ -263,6 +271,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.Logf("at the daemons' stop: %d requests %v", stopped.requests, stopped.byVerbRes)
 	b.Logf("daemon RSS mean %.1f MiB (anonymous %.1f, the binary's pages %.1f), max %.1f MiB",
 		rssSum/float64(nodes), anonSum/float64(nodes), fileSum/float64(nodes), rssMax)
+	b.StartTimer()
 }
 
 // spread is the time between the first and the last of ts, in seconds.
