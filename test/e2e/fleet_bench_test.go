@@ -101,6 +101,7 @@ const (
 type auditCount struct {
 	requests    int // every request but watches
 	watches     int // watches started
+	relists     int // LISTs and watches that list first (sendInitialEvents)
 	consistent  int // GETs and LISTs without a resourceVersion: quorum or consistent reads
 	events      int // Events created
 	confirms    []time.Time
@@ -127,10 +128,18 @@ func readFleetAuditUntil(b *testing.B, path string, since, until time.Time) audi
 		if !ev.By("sweepd") {
 			continue
 		}
+		var q url.Values
+		if u, err := url.ParseRequestURI(ev.RequestURI); err == nil {
+			q = u.Query()
+		}
 		if ev.Verb == "watch" {
 			if ev.Stage == "ResponseStarted" {
 				c.watches++
 				c.byVerbRes["watch "+ev.ObjectRef.Resource]++
+				if q.Get("sendInitialEvents") == "true" {
+					c.relists++
+					c.byVerbRes["watch-list "+ev.ObjectRef.Resource]++
+				}
 			}
 			continue
 		}
@@ -139,10 +148,10 @@ func readFleetAuditUntil(b *testing.B, path string, since, until time.Time) audi
 		}
 		c.requests++
 		c.byVerbRes[ev.Verb+" "+ev.ObjectRef.Resource]++
-		rv := ""
-		if u, err := url.ParseRequestURI(ev.RequestURI); err == nil {
-			rv = u.Query().Get("resourceVersion")
+		if ev.Verb == "list" {
+			c.relists++
 		}
+		rv := q.Get("resourceVersion")
 		if (ev.Verb == "get" || ev.Verb == "list") && rv == "" {
 			c.consistent++
 		}
@@ -252,6 +261,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	deletedPods := float64(nodes * fleetSingle)
 	b.ReportMetric(float64(atRest.requests)/nodeHours, "rest-requests/node-h")
 	b.ReportMetric(float64(atRest.watches)/nodeHours, "rest-watches/node-h")
+	b.ReportMetric(float64(atRest.relists)/nodeHours, "rest-relists/node-h")
 	b.ReportMetric(float64(atRest.consistent)/nodeHours, "rest-etcd-reads/node-h")
 	b.ReportMetric(restCPU-baseCPU, "apiserver-cpu-s/node-h")
 	b.ReportMetric(float64(single.requests)/deletedPods, "requests/deleted-pod")
@@ -260,8 +270,8 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.ReportMetric(rssSum/float64(nodes), "daemon-RSS-MiB-mean")
 	b.ReportMetric(rssMax, "daemon-RSS-MiB-max")
 	b.Logf("start: %d requests (%v), %d watches", startup.requests, startup.byVerbRes, startup.watches)
-	b.Logf("at rest %s, %d nodes: %d requests %v, %d watches started, %d that may reach etcd; the kubelets wrote %d Lease updates (%.0f a node-hour)",
-		restTook.Round(time.Second), nodes, atRest.requests, atRest.byVerbRes, atRest.watches, atRest.consistent,
+	b.Logf("at rest %s, %d nodes: %d requests %v, %d watches started, %d relists (LISTs, or watches that list first), %d that may reach etcd; the kubelets wrote %d Lease updates (%.0f a node-hour)",
+		restTook.Round(time.Second), nodes, atRest.requests, atRest.byVerbRes, atRest.watches, atRest.relists, atRest.consistent,
 		atRest.leaseWrites, float64(atRest.leaseWrites)/nodeHours)
 	b.Logf("API server CPU: %.3f s a node-hour with the daemons, %.3f with the kubelets alone", restCPU, baseCPU)
 	b.Logf("%d pods deleted 20s apart: %d requests %v (%d that may reach etcd, %d Events)",
