@@ -1,6 +1,7 @@
 package liveness
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -141,7 +142,7 @@ func TestWatchResume(t *testing.T) {
 				t.Fatal("fresh after the stream ended")
 			}
 			now = now.Add(tc.resumeAfter)
-			from := cmpOr(tc.resumeFrom, "12")
+			from := cmp.Or(tc.resumeFrom, "12")
 			if tc.failed {
 				from = "10"
 			}

@@ -1,6 +1,7 @@
 package liveness
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -95,7 +96,7 @@ func TestLeaseWatchedRenewalAge(t *testing.T) {
 				start = time.Time{}
 			}
 			for i, ev := range tc.events {
-				holder := cmpOr(ev.holder, leaseTestNode)
+				holder := cmp.Or(ev.holder, leaseTestNode)
 				var stamp time.Time
 				if ev.stamp != noStamp {
 					stamp = server.Add(ev.stamp)
@@ -140,13 +141,6 @@ func TestLeaseWatchedRenewalAge(t *testing.T) {
 			t.Fatal("a watched renewTime and a read one made a renewal")
 		}
 	})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // leaseAPI is an API server of one Lease, over HTTP, for the watch: it
