@@ -92,9 +92,6 @@ type leaseWitness struct {
 	// stale says why the last read did not prove the kubelet alive by the
 	// age of its renewal; "" when it did.
 	stale string
-	// watchSeen is when the last renewal the watch proved was made, on
-	// sweepd's clock (lease_watch.go); zero: none.
-	watchSeen time.Time
 }
 
 func newLeaseWitness(client dynamic.Interface, node string, timeout time.Duration) *leaseWitness {

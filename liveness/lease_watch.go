@@ -118,7 +118,7 @@ func (w *leaseWitness) followWatch(ctx context.Context, wi watch.Interface, sent
 			case watch.Deleted:
 				// The Lease of a Node deleted, or by hand: nothing the
 				// kubelet renewed before counts any more.
-				w.seenAt, w.watchSeen = time.Time{}, time.Time{}
+				w.seenAt = time.Time{}
 			}
 			w.mu.Unlock()
 		}
@@ -135,7 +135,7 @@ func (w *leaseWitness) observeWatched(obj *unstructured.Unstructured, at, sent, 
 	holder, _, _ := unstructured.NestedString(obj.Object, "spec", "holderIdentity")
 	if holder != w.node {
 		// Not the kubelet's: whatever it showed before is no proof now.
-		w.seenAt, w.watchSeen = time.Time{}, time.Time{}
+		w.seenAt = time.Time{}
 		return
 	}
 	if secs, ok, _ := unstructured.NestedInt64(obj.Object, "spec", "leaseDurationSeconds"); ok && secs > 0 {
@@ -145,18 +145,16 @@ func (w *leaseWitness) observeWatched(obj *unstructured.Unstructured, at, sent, 
 		return
 	}
 	elapsed := at.Sub(sent)
-	if _, why := w.renewalAge(obj, serverStart.Add(elapsed)); why != "" {
+	age, why := w.renewalAge(obj, serverStart.Add(elapsed))
+	if why != "" {
 		return
 	}
-	// The renewal's instant on sweepd's clock is sent + (stamp - Date): the
-	// API server wrote its Date after the watch was sent, and each stamp
-	// is a second coarse; the clocks' drift over elapsed comes off too.
-	stamp, _ := renewStamp(obj)
-	seen := sent.Add(stamp.Sub(serverStart) - leaseStampSlack - elapsed*leaseWatchDriftPPM/1e6)
-	if seen.After(at) {
-		seen = at // a stamp up to a second ahead, as renewalAge lets by
-	}
-	w.watchSeen = seen
+	// at - age is sent + (stamp - Date), the renewal's instant on sweepd's
+	// clock but for the API server's Date having been written after the
+	// watch was sent and each stamp being a second coarse; the clocks'
+	// drift over elapsed comes off too. A stamp up to a second ahead, as
+	// renewalAge lets by, counts from when it was seen at the latest.
+	seen := at.Add(min(-age-leaseStampSlack-elapsed*leaseWatchDriftPPM/1e6, 0))
 	if seen.After(w.seenAt) {
 		w.seenAt = seen
 	}

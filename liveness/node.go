@@ -117,6 +117,18 @@ func infoOf(obj *unstructured.Unstructured) nodeInfo {
 	return n
 }
 
+// info reads what identifies the machine from a watched Node, as infoOf.
+func (v *viewNode) info() nodeInfo {
+	n := nodeInfo{bootID: v.Status.NodeInfo.BootID, runtime: v.Status.NodeInfo.ContainerRuntimeVersion}
+	if p := v.Annotations[PauseAnnotation]; p != "false" {
+		n.pause = p
+	}
+	if d, ok := v.Annotations[DryRunAnnotation]; ok {
+		n.dryRun = &d
+	}
+	return n
+}
+
 // nodeGetter reads the Node with one GET: the one-shot prune's source.
 type nodeGetter struct {
 	nodes dynamic.ResourceInterface
@@ -170,28 +182,21 @@ func newNodeWatcher(rc *rest.Config, name string, timeout time.Duration) (*nodeW
 // slimNode keeps what identifies the machine behind a Node, as the
 // unstructured Node that the one-shot's GET reads (infoOf).
 func slimNode(obj any) any {
-	var u *unstructured.Unstructured
+	var n nodeInfo
+	var name, rv string
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
-		u = o
+		n, name, rv = infoOf(o), o.GetName(), o.GetResourceVersion()
 	case *viewNode:
-		u = &unstructured.Unstructured{}
-		u.SetAPIVersion("v1")
-		u.SetKind("Node")
-		u.SetName(o.Name)
-		u.SetResourceVersion(o.ResourceVersion)
-		u.SetAnnotations(o.Annotations)
-		_ = unstructured.SetNestedField(u.Object, o.Status.NodeInfo.BootID, "status", "nodeInfo", "bootID")
-		_ = unstructured.SetNestedField(u.Object, o.Status.NodeInfo.ContainerRuntimeVersion, "status", "nodeInfo", "containerRuntimeVersion")
+		n, name, rv = o.info(), o.Name, o.ResourceVersion
 	default:
 		return obj
 	}
-	n := infoOf(u)
 	slim := &unstructured.Unstructured{}
-	slim.SetAPIVersion(u.GetAPIVersion())
-	slim.SetKind(u.GetKind())
-	slim.SetName(u.GetName())
-	slim.SetResourceVersion(u.GetResourceVersion())
+	slim.SetAPIVersion("v1")
+	slim.SetKind("Node")
+	slim.SetName(name)
+	slim.SetResourceVersion(rv)
 	_ = unstructured.SetNestedField(slim.Object, n.bootID, "status", "nodeInfo", "bootID")
 	_ = unstructured.SetNestedField(slim.Object, n.runtime, "status", "nodeInfo", "containerRuntimeVersion")
 	annotations := map[string]string{}

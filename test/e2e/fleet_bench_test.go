@@ -109,13 +109,9 @@ type auditCount struct {
 	leaseWrites int // the fake kubelets' Lease updates, for scale
 }
 
-func readFleetAudit(b *testing.B, path string, since time.Time) auditCount {
-	return readFleetAuditUntil(b, path, since, time.Time{})
-}
-
-// readFleetAuditUntil counts the requests received from since until until
+// readFleetAudit counts the requests received from since until until
 // (zero: no end).
-func readFleetAuditUntil(b *testing.B, path string, since, until time.Time) auditCount {
+func readFleetAudit(b *testing.B, path string, since, until time.Time) auditCount {
 	c := auditCount{byVerbRes: map[string]int{}}
 	for _, ev := range controlplane.ReadAudit(b, path) {
 		if ev.Received.Before(since) || !until.IsZero() && ev.Received.After(until) {
@@ -208,7 +204,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 		})
 	}
 	b.Logf("%d daemons ran their first prune in %s", nodes, time.Since(start).Round(time.Second))
-	startup := readFleetAudit(b, cp.AuditLog(), start)
+	startup := readFleetAudit(b, cp.AuditLog(), start, time.Time{})
 
 	// At rest: the first minute after the start is the start's.
 	time.Sleep(time.Minute)
@@ -219,7 +215,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 	b.StopTimer()
 	restTook := time.Since(restStart)
 	restCPU := (cp.APIServerCPUSeconds() - cpu1) / restTook.Hours() / float64(nodes)
-	atRest := readFleetAuditUntil(b, cp.AuditLog(), restStart, restStart.Add(restTook))
+	atRest := readFleetAudit(b, cp.AuditLog(), restStart, restStart.Add(restTook))
 	nodeHours := float64(nodes) * restTook.Hours()
 	var rssSum, rssMax, anonSum, fileSum float64
 	for _, d := range daemons {
@@ -239,13 +235,13 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 		}
 	}
 	awaitChecked(b, daemons, fleetSingle)
-	single := readFleetAudit(b, cp.AuditLog(), singleStart)
+	single := readFleetAudit(b, cp.AuditLog(), singleStart, time.Time{})
 
 	// A mass deletion: 20 pods of every node at once.
 	massStart := time.Now()
 	deleteFleetPods(b, cs, "mass")
 	awaitChecked(b, daemons, fleetSingle+fleetMass)
-	mass := readFleetAudit(b, cp.AuditLog(), massStart)
+	mass := readFleetAudit(b, cp.AuditLog(), massStart, time.Time{})
 
 	// The daemons stop, and post the Events they counted.
 	stopStart := time.Now()
@@ -256,7 +252,7 @@ func fleetCost(b *testing.B, sweepd string, nodes int, rest time.Duration) {
 		err := <-d.Done
 		d.Done <- err
 	}
-	stopped := readFleetAudit(b, cp.AuditLog(), stopStart)
+	stopped := readFleetAudit(b, cp.AuditLog(), stopStart, time.Time{})
 
 	deletedPods := float64(nodes * fleetSingle)
 	b.ReportMetric(float64(atRest.requests)/nodeHours, "rest-requests/node-h")
