@@ -194,7 +194,7 @@ func TestPodDeleted(t *testing.T) {
 func TestRunBatches(t *testing.T) {
 	p := &fakePruner{answers: []answer{{sum: outcome(nil)}}, called: make(chan struct{}, 1)}
 	c := newTestChecker(t, p)
-	c.cfg.Grace, c.window = 0, 0 // due at once
+	c.cfg.Grace, c.jitter, c.window = 0, 0, 0 // due at once, all together
 	var want []string
 	for i := range confirmListAbove + 2 {
 		r := ref(fmt.Sprint("p-", i))
