@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,6 +186,15 @@ type Options struct {
 	// Observe, when set, receives each DEL that ran, after it ended: the
 	// duration histogram of the daemon's metrics. Called concurrently.
 	Observe func(Observed)
+	// Root, when set, is a mount of the host's / (read-only, with
+	// HostToContainer propagation) that each plugin runs chrooted into, as
+	// thick multus runs its delegates (chrootDir): a dynamically linked
+	// plugin then finds the host's libraries, and one that talks to a host
+	// socket the socket. BinDirs and the cached netns paths are paths
+	// inside Root, resolved there as the chrooted plugin resolves them (an
+	// absolute symlink points into Root, ".." never leaves it). Needs
+	// CAP_SYS_CHROOT and Linux 5.6 (openat2).
+	Root string
 }
 
 // Validate checks the options without touching anything: that the plugin
@@ -195,6 +205,41 @@ func (o Options) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return field.Errorf("Timeout", "must not be negative")
+	}
+	if o.Root != "" {
+		if !filepath.IsAbs(o.Root) || filepath.Clean(o.Root) != o.Root {
+			return field.Errorf("Root", "%q is not a clean absolute path", o.Root)
+		}
+		for _, dir := range o.BinDirs {
+			// Relative to what? The plugin's working directory is the
+			// root's /, the daemon's is not.
+			if !filepath.IsAbs(dir) {
+				return field.Errorf("BinDirs", "%q is not an absolute path inside the root %s", dir, o.Root)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckBinDirs checks that each of BinDirs is a directory, inside Root when
+// set: without them every DEL would fail.
+func (o Options) CheckBinDirs() error {
+	for _, dir := range o.BinDirs {
+		var st unix.Stat_t
+		var err error
+		if o.Root == "" {
+			err = unix.Stat(dir, &st)
+		} else {
+			err = statIn(o.Root, dir, 0, &st)
+		}
+		switch {
+		case err != nil && o.Root != "":
+			return fmt.Errorf("%s in the root %s: %w", dir, o.Root, err)
+		case err != nil:
+			return fmt.Errorf("%s: %w", dir, err)
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("%s is not a directory", dir)
+		}
 	}
 	return nil
 }
@@ -231,6 +276,17 @@ func New(opts Options) (*Releaser, error) {
 	}
 	if opts.ScratchDir == "" {
 		opts.ScratchDir = os.TempDir()
+	}
+	if opts.Root != "" {
+		// Fail at start-up, not in every DEL: a kernel without openat2
+		// cannot resolve a path as the chrooted plugin would.
+		var st unix.Stat_t
+		if err := statIn(opts.Root, "/", 0, &st); err != nil {
+			return nil, fmt.Errorf("root %s for CNI DEL: %w", opts.Root, err)
+		}
+		if err := ownProc(opts.Root); err != nil {
+			return nil, fmt.Errorf("root %s for CNI DEL: %w", opts.Root, err)
+		}
 	}
 	d, err := os.MkdirTemp(opts.ScratchDir, "sweep-cnidel-")
 	if err != nil {
@@ -277,10 +333,10 @@ func (r *Releaser) Release(ctx context.Context, name string, data []byte) (err e
 			r.opts.Observe(Observed{Plugin: plugin, IPAM: ipam, Duration: time.Since(start), Err: err})
 		}()
 	}
-	cni := libcni.NewCNIConfigWithCacheDir(r.opts.BinDirs, cacheDir, &pluginExec{timeout: r.opts.Timeout})
+	cni := libcni.NewCNIConfigWithCacheDir(r.opts.BinDirs, cacheDir, &pluginExec{timeout: r.opts.Timeout, root: r.opts.Root})
 	rt := &libcni.RuntimeConf{
 		ContainerID:    a.ContainerID,
-		NetNS:          liveNetNS(a.NetNS),
+		NetNS:          liveNetNS(r.opts.Root, a.NetNS),
 		IfName:         a.IfName,
 		Args:           a.CNIArgs,
 		CapabilityArgs: a.CapabilityArgs,
@@ -303,22 +359,85 @@ func (r *Releaser) Release(ctx context.Context, name string, data []byte) (err e
 // namespace any more (an unmounted leftover) would make them fail forever.
 // /proc/<pid>/ns paths and symlinks are refused: after a reboot a PID may
 // name any process, the host's namespace included, and a DEL there would
-// remove a host interface. So is the daemon's own namespace.
-func liveNetNS(path string) string {
-	if path == "" || strings.HasPrefix(filepath.Clean(path), "/proc/") {
+// remove a host interface. So is the daemon's own namespace. With a root
+// (Options.Root), path is resolved inside it, as the chrooted plugin will
+// open it: never the daemon's own /var/run/netns.
+func liveNetNS(root, path string) string {
+	if !filepath.IsAbs(path) || strings.HasPrefix(filepath.Clean(path), "/proc/") {
 		return ""
 	}
-	var lst unix.Stat_t
-	if err := unix.Lstat(path, &lst); err != nil || lst.Mode&unix.S_IFMT == unix.S_IFLNK {
+	var fd int
+	var err error
+	if root == "" {
+		fd, err = unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	} else {
+		fd, err = openIn(root, path, unix.O_PATH|unix.O_NOFOLLOW)
+	}
+	if err != nil {
 		return ""
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return ""
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
 		return ""
 	}
 	var self unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &self); err == nil && self.Dev == lst.Dev && self.Ino == lst.Ino {
+	if err := unix.Stat("/proc/self/ns/net", &self); err == nil && self.Dev == st.Dev && self.Ino == st.Ino {
 		return ""
 	}
 	return path
+}
+
+// ownProc binds the daemon's /proc over root's /proc when that one is
+// another PID namespace's (the host's, seen from a pod without hostPID):
+// plugins find their own process by the PID they know, as containernetworking's
+// ns package opens /proc/<pid>/task/<tid>/ns/net to return to the namespace it
+// left, and in another namespace's /proc that PID is someone else, or no one.
+// Thick multus runs with hostPID instead; a bind in the daemon's own mount
+// namespace shows the plugins no host process. The mounts below /proc (what
+// the runtime masks or makes read-only) come with it. Nothing is mounted
+// where root has no procfs or its /proc/self is already this process.
+func ownProc(root string) error {
+	proc := filepath.Join(root, "proc")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(proc, &fs); err != nil || fs.Type != unix.PROC_SUPER_MAGIC {
+		return nil
+	}
+	if self, err := os.Readlink(filepath.Join(proc, "self")); err == nil && self == strconv.Itoa(os.Getpid()) {
+		return nil
+	}
+	if err := unix.Mount("/proc", proc, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind this process's /proc over %s, another PID namespace's: %w", proc, err)
+	}
+	return nil
+}
+
+// openIn opens path inside root as a process chrooted into root would
+// resolve it: an absolute symlink on the way points into root, ".." never
+// leaves it, and no /proc magic link is followed.
+func openIn(root, path string, flags int) (int, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(rfd)
+	return unix.Openat2(rfd, path, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// statIn stats path inside root (openIn), following a symlink in its last
+// component unless flags has O_NOFOLLOW.
+func statIn(root, path string, flags int, st *unix.Stat_t) error {
+	fd, err := openIn(root, path, unix.O_PATH|flags)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fstat(fd, st)
 }

@@ -3,8 +3,10 @@ package cnidel
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sweep-k8s/sweep/internal/field"
 )
 
 const fixtures = "../prune/testdata/multus-real"
@@ -120,7 +124,7 @@ func TestLiveNetNS(t *testing.T) {
 		link,                // a symlink to one
 		"/proc/../proc/1/ns/net",
 	} {
-		if got := liveNetNS(path); got != "" {
+		if got := liveNetNS("", path); got != "" {
 			t.Errorf("liveNetNS(%q) = %q, want empty", path, got)
 		}
 	}
@@ -273,13 +277,13 @@ func TestLiveNetNSMounted(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	path := "/var/run/netns/" + name
-	if got := liveNetNS(path); got != path {
+	if got := liveNetNS("", path); got != path {
 		t.Fatalf("liveNetNS(%q) = %q for a mounted namespace", path, got)
 	}
 	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns del: %v\n%s", err, out)
 	}
-	if got := liveNetNS(path); got != "" {
+	if got := liveNetNS("", path); got != "" {
 		t.Fatalf("liveNetNS(%q) = %q after the namespace was deleted", path, got)
 	}
 }
@@ -321,6 +325,138 @@ func TestReleaseObserved(t *testing.T) {
 		}
 		if len(got) != 1 || got[0].Plugin != tc.plugin || got[0].IPAM != tc.ipam || (got[0].Err != nil) != tc.wantErr {
 			t.Errorf("%s: reported %+v, want plugin %s, ipam %s, error %v", tc.config, got, tc.plugin, tc.ipam, tc.wantErr)
+		}
+	}
+}
+
+// TestReleaseInRoot: with a root, each plugin is found inside it and runs
+// chrooted into it, in its /; a plugin that works only there (as a
+// dynamically linked one needs the host's libraries) fails without the
+// root; an absolute symlink resolves inside the root and ".." never leaves
+// it; a netns path is resolved inside the root too. Root only, like
+// TestLiveNetNSMounted.
+func TestReleaseInRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to chroot")
+	}
+	root := t.TempDir()
+	bin := filepath.Join(root, "opt", "cni", "bin")
+	for _, d := range []string{bin, filepath.Join(root, "etc"), filepath.Join(root, "out")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "sweep-test-root"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "rooted"), "./testdata/rootplugin")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the test plugin: %v\n%s", err, out)
+	}
+	// As /opt/cni/bin often holds: an absolute symlink, resolved inside.
+	if err := os.Symlink("/opt/cni/bin/rooted", filepath.Join(bin, "abs")); err != nil {
+		t.Fatal(err)
+	}
+	// Plugins outside the root, named by ".." and by an absolute path.
+	outside := t.TempDir()
+	writePlugin(t, outside, "escape", "exit 0")
+	if err := os.Symlink(strings.Repeat("../", 20)+outside[1:]+"/escape", filepath.Join(bin, "dotdot")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside+"/escape", filepath.Join(bin, "outside")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{BinDirs: []string{"/opt/cni/bin"}, Root: root, Timeout: 10 * time.Second, ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := `,"netns":"/proc/1/ns/net"`
+	for _, plugin := range []string{"rooted", "abs"} {
+		if err := r.Release(t.Context(), "f", cache(`{"cniVersion":"1.0.0","name":"net","type":"`+plugin+`"}`, netns)); err != nil {
+			t.Fatalf("%s: %v", plugin, err)
+		}
+		rec := filepath.Join(root, "out", "DEL.json")
+		var call map[string]string
+		if err := json.Unmarshal(must(os.ReadFile(rec)), &call); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"cwd": "/", "CNI_COMMAND": "DEL", "CNI_NETNS": "", "CNI_PATH": "/opt/cni/bin",
+			"CNI_CONTAINERID": "0539c85548a7b33981de5478dcea6d97314fba4ed2c4a8afbba54271465a0fce"}
+		if !maps.Equal(call, want) {
+			t.Errorf("%s: called with %v, want %v", plugin, call, want)
+		}
+		_ = os.Remove(rec)
+	}
+	for _, plugin := range []string{"dotdot", "outside", "escape"} {
+		err := r.Release(t.Context(), "f", cache(`{"cniVersion":"1.0.0","name":"net","type":"`+plugin+`"}`, ""))
+		if err == nil || !strings.Contains(err.Error(), "failed to find plugin") {
+			t.Errorf("%s: error %v, want the plugin not found inside the root", plugin, err)
+		}
+	}
+	// Without the root, the same plugin runs in the daemon's / and fails.
+	r, err = New(Options{BinDirs: []string{bin}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Release(t.Context(), "f", cache(`{"cniVersion":"1.0.0","name":"net","type":"rooted"}`, ""))
+	if err == nil || !strings.Contains(err.Error(), "not in its root") {
+		t.Fatalf("error %v without the root, want the plugin's own", err)
+	}
+}
+
+// TestLiveNetNSInRoot: inside a root, a netns path resolves there, as the
+// chrooted plugin will open it: the daemon's own live namespace of the same
+// path, reached by the absolute symlink /var/run -> /run, is not it.
+func TestLiveNetNSInRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to create a network namespace")
+	}
+	name := fmt.Sprintf("sweep-unit-%d", time.Now().UnixNano())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "run", "netns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "var"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run", filepath.Join(root, "var", "run")); err != nil {
+		t.Fatal(err)
+	}
+	path := "/var/run/netns/" + name
+	for _, tc := range []struct{ root, want string }{{"", path}, {"/", path}, {root, ""}} {
+		if got := liveNetNS(tc.root, path); got != tc.want {
+			t.Errorf("liveNetNS(%q, %q) = %q, want %q", tc.root, path, got, tc.want)
+		}
+	}
+}
+
+// TestOptionsRoot: a root must be a clean absolute path, and the plugin
+// directories absolute paths inside it.
+func TestOptionsRoot(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want string // the invalid field; empty: valid
+	}{
+		{Options{BinDirs: []string{"/opt/cni/bin"}, Root: "/host"}, ""},
+		{Options{BinDirs: []string{"opt/cni/bin"}}, ""},
+		{Options{BinDirs: []string{"opt/cni/bin"}, Root: "/host"}, "BinDirs"},
+		{Options{BinDirs: []string{"/opt/cni/bin"}, Root: "host"}, "Root"},
+		{Options{BinDirs: []string{"/opt/cni/bin"}, Root: "/host/../etc"}, "Root"},
+	} {
+		err := tc.opts.Validate()
+		var fe *field.Error
+		if got := ""; errors.As(err, &fe) {
+			got = fe.Field
+			if got != tc.want {
+				t.Errorf("%+v: field %s, want %q", tc.opts, got, tc.want)
+			}
+		} else if err != nil || tc.want != "" {
+			t.Errorf("%+v: error %v, want field %q", tc.opts, err, tc.want)
 		}
 	}
 }

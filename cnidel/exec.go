@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 )
 
 // maxOutput bounds what is kept of a plugin's stdout and stderr: a DEL
@@ -24,6 +28,9 @@ const maxOutput = 64 << 10
 // stall the prune nor grow the daemon.
 type pluginExec struct {
 	timeout time.Duration
+	// root, when set, is the directory each plugin runs chrooted into
+	// (Options.Root); the plugin paths are inside it.
+	root string
 }
 
 var _ invoke.Exec = (*pluginExec)(nil)
@@ -39,6 +46,13 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if e.root != "" {
+		// The child chroots, then enters the root's / (never left in a
+		// directory outside it), then executes pluginPath, which
+		// FindInPath resolved inside the root as the kernel will now.
+		cmd.SysProcAttr.Chroot = e.root
+		cmd.Dir = "/"
+	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A grandchild that inherited the pipes must not keep Wait waiting.
 	cmd.WaitDelay = time.Second
@@ -61,9 +75,25 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []
 	}
 }
 
-// FindInPath implements invoke.Exec.
+// FindInPath implements invoke.Exec. With a root, the plugin is looked
+// up inside it, as the chrooted execve will find it, and its path inside
+// the root is returned; as libcni's, a name with a slash is refused, so a
+// plugin comes only from the plugin directories.
 func (e *pluginExec) FindInPath(plugin string, paths []string) (string, error) {
-	return invoke.FindInPath(plugin, paths)
+	if e.root == "" {
+		return invoke.FindInPath(plugin, paths)
+	}
+	if plugin == "" || strings.ContainsRune(plugin, os.PathSeparator) {
+		return "", fmt.Errorf("invalid plugin name: %q", plugin)
+	}
+	for _, dir := range paths {
+		path := filepath.Join(dir, plugin)
+		var st unix.Stat_t
+		if err := statIn(e.root, path, 0, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("failed to find plugin %q in path %s inside the root %s", plugin, paths, e.root)
 }
 
 // Decode implements invoke.Exec.

@@ -36,6 +36,8 @@ func TestValidateFields(t *testing.T) {
 		{"negative DEL concurrency", func(c *Config) { c.Prune.ReleaseConcurrency = -1 }, "Prune.ReleaseConcurrency"},
 		{"CNI DEL without a directory", func(c *Config) { c.CNIDel = &cnidel.Options{} }, "CNIDel.BinDirs"},
 		{"CNI DEL with a negative timeout", func(c *Config) { c.CNIDel = &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}, Timeout: -1} }, "CNIDel.Timeout"},
+		{"CNI DEL in a relative root", func(c *Config) { c.CNIDel = &cnidel.Options{BinDirs: []string{"/opt/cni/bin"}, Root: "host"} }, "CNIDel.Root"},
+		{"CNI DEL in a root, with a relative plugin directory", func(c *Config) { c.CNIDel = &cnidel.Options{BinDirs: []string{"bin"}, Root: "/host"} }, "CNIDel.BinDirs"},
 		{"negative DEL rate", func(c *Config) { c.CNIDelRate = -1 }, "CNIDelRate"},
 		{"negative sync timeout", func(c *Config) { c.Liveness.SyncTimeout = -1 }, "Liveness.SyncTimeout"},
 		{"deleted pods' grace", func(c *Config) { c.Deleted.Grace = 30 * time.Second }, ""},

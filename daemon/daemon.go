@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,10 +282,8 @@ func releaseDeps(cfg Config, deps prune.Deps, observe func(cnidel.Observed)) (pr
 	if cfg.CNIDel == nil {
 		return deps, nil
 	}
-	for _, dir := range cfg.CNIDel.BinDirs {
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return deps, fieldError("CNIDel.BinDirs", "%s is not a directory", dir)
-		}
+	if err := cfg.CNIDel.CheckBinDirs(); err != nil {
+		return deps, fieldError("CNIDel.BinDirs", "%w", err)
 	}
 	opts := *cfg.CNIDel
 	if opts.Observe == nil && observe != nil {

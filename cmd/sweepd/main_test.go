@@ -91,6 +91,7 @@ func TestRunUsage(t *testing.T) {
 		{name: "cni-del-max negative", args: []string{"prune", "--node-name=n", "--cni-del-max=-1"}, code: exitUsage, stderr: "--cni-del-max: must not be negative"},
 		{name: "cni-del-rate negative", args: []string{"daemon", "--node-name=n", "--cni-del-rate=-1"}, code: exitUsage, stderr: "--cni-del-rate: must not be negative"},
 		{name: "cni-del-concurrency negative", args: []string{"prune", "--node-name=n", "--cni-del-concurrency=-2"}, code: exitUsage, stderr: "--cni-del-concurrency: must not be negative"},
+		{name: "cni-del-root relative", args: []string{"prune", "--node-name=n", "--cni-del", "--cni-del-root=host"}, code: exitUsage, stderr: "--cni-del-root: \"host\" is not a clean absolute path"},
 		{name: "reboot-aware without state dir", args: []string{"prune", "--node-name=n", "--reboot-aware"}, code: exitUsage, stderr: "--reboot-aware: reboot-aware staleness needs a state directory"},
 		{name: "daemon reboot-aware without state dir", args: []string{"daemon", "--node-name=n", "--reboot-aware=true"}, code: exitUsage, stderr: "--reboot-aware: reboot-aware staleness needs a state directory"},
 		{name: "uninstall cleanup needs the API server", args: []string{"daemon", "--liveness=cri", "--expect-runtime=containerd", "--node-name=n", "--cleanup-config-dir=/x"}, code: exitUsage, stderr: "--cleanup-config-dir: the uninstall cleanup needs API server access: not with cri liveness"},

@@ -27,6 +27,7 @@ type pruneFlags struct {
 	liveness      string
 	cniDel        bool
 	cniBinDir     string
+	cniDelRoot    string
 	cniDelTimeout time.Duration
 }
 
@@ -58,7 +59,7 @@ func daemonFlags() map[string]string {
 		"Prune.MaxReleases": "cni-del-max", "Prune.ReleaseConcurrency": "cni-del-concurrency",
 		"Prune.HostLocalDirs": "release-host-local-dir", "Prune.HostLocalNetworks": "release-host-local-network",
 
-		"CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout",
+		"CNIDel": "cni-del", "CNIDel.BinDirs": "cni-bin-dir", "CNIDel.Timeout": "cni-del-timeout", "CNIDel.Root": "cni-del-root",
 		"CNIDelRate": "cni-del-rate", "CNIDelYield": "cni-del-yield",
 		"Deleted.Grace": "deleted-pod-grace",
 
@@ -109,6 +110,7 @@ func addPruneFlags(cmd *cobra.Command, withDaemon bool) *pruneFlags {
 	fs = newFlagSet()
 	fs.BoolVar(&p.cniDel, "cni-del", false, "run CNI DEL for a stale results file's attachment before removing it, releasing its IP; a file whose DEL fails is kept for the next run")
 	fs.StringVar(&p.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI plugin directories for --cni-del, separated by colons like CNI_PATH")
+	fs.StringVar(&p.cniDelRoot, "cni-del-root", "", "with --cni-del, run each plugin chrooted into this directory, a mount of the host's / (as thick multus runs its delegates), so that plugins linked against the host's libraries or talking to its sockets work; --cni-bin-dir and the cached netns paths are then paths inside it")
 	positiveDurationVar(fs, &p.cniDelTimeout, "cni-del-timeout", cnidel.DefaultTimeout, "with --cni-del, the limit of each plugin call; a plugin still running then is killed")
 	fs.Float64Var(&c.CNIDelRate, "cni-del-rate", defaultCNIDelRate, "with --cni-del, the most DELs started per second, evenly spaced (0: no limit); the daemon stops starting them shortly before its next scheduled run, which goes on with the rest")
 	fs.IntVar(&o.ReleaseConcurrency, "cni-del-concurrency", defaultCNIDelConcurrency, "with --cni-del, the most DELs running at once; never two for one sandbox")
@@ -137,7 +139,7 @@ func (p *pruneFlags) config(e *env) daemon.Config {
 		c.RebootAware = c.StateDir != ""
 	}
 	if p.cniDel {
-		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout}
+		c.CNIDel = &cnidel.Options{BinDirs: filepath.SplitList(p.cniBinDir), Timeout: p.cniDelTimeout, Root: p.cniDelRoot}
 	}
 	return c
 }
