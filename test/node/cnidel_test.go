@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -67,9 +69,21 @@ type secAttachment struct {
 // SYS_ADMIN and deleting its interface NET_ADMIN). A live pod with the same
 // attachment keeps everything. On each runtime: their default seccomp
 // profiles and mount handling are theirs.
-func TestCNIDelOnNode(t *testing.T) { runtimes(t, cniDelOnNode) }
+func TestCNIDelOnNode(t *testing.T) {
+	runtimes(t, func(t *testing.T, opts ...controlplane.NodeOption) { cniDelOnNode(t, false, opts...) })
+}
 
-func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
+// TestCNIDelChrootOnNode is TestCNIDelOnNode with cniDel.chroot: every
+// plugin runs chrooted into the host's /, as thick multus runs its
+// delegates. The static plugins work as before, in the namespace mounted
+// after the daemon started too (found inside the host's root), and the dead
+// pod's network is a plugin that is a shell script, which runs only where
+// /bin/sh is: on the host, never in the daemon's distroless image.
+func TestCNIDelChrootOnNode(t *testing.T) {
+	runtimes(t, func(t *testing.T, opts ...controlplane.NodeOption) { cniDelOnNode(t, true, opts...) })
+}
+
+func cniDelOnNode(t *testing.T, chroot bool, opts ...controlplane.NodeOption) {
 	c := startCluster(t, opts...)
 	binDir, err := controlplane.CNIBinDir()
 	if err != nil {
@@ -79,11 +93,16 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 	// daemon's plugins write access to it.
 	dataDir := filepath.Join(c.node.Dir, "cni", "net1")
 	conf := secNetConf(dataDir)
+	deadConf := conf
+	if chroot {
+		binDir = scriptPluginDir(t, filepath.Join(c.node.Dir, "cni", "bin"), binDir)
+		deadConf = bytes.Replace(conf, []byte(`"type":"bridge"`), []byte(`"type":"sh-bridge"`), 1)
+	}
 	reserved := func(a *secAttachment) bool { return framework.Exists(filepath.Join(dataDir, secNet, a.ip)) }
 
 	// Before the daemon runs, so that the leak is there to be seen.
 	live := c.attachSecNet(t, c.runPod(t, "live"), binDir, conf)
-	dead := c.attachSecNet(t, c.runPod(t, "dead"), binDir, conf)
+	dead := c.attachSecNet(t, c.runPod(t, "dead"), binDir, deadConf)
 	c.deletePod(t, dead.pod)
 	t.Run("leak without the daemon", func(t *testing.T) {
 		// The runtime's own DEL, when it stops the sandbox: the primary
@@ -104,7 +123,11 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 
 	// The memory limit values.yaml asks for with cniDel: the plugins run in
 	// the daemon's memory cgroup.
-	daemon := c.install(t, chartValues(c.node)+c.cniDelValues(binDir, dataDir))
+	values := c.cniDelValues(binDir, dataDir)
+	if chroot {
+		values = strings.Replace(values, "  enabled: true\n", fmt.Sprintf("  enabled: true\n  chroot: true\n  hostRoot: %q\n", c.sharedRoot(t)), 1)
+	}
+	daemon := c.install(t, chartValues(c.node)+values)
 	if daemon.Status.PodIP != controlplane.NodeIP {
 		t.Fatalf("daemon's pod IP %s, want the node's %s: cniDel.enabled makes it hostNetwork", daemon.Status.PodIP, controlplane.NodeIP)
 	}
@@ -189,6 +212,52 @@ func cniDelOnNode(t *testing.T, opts ...controlplane.NodeOption) {
 func secNetConf(dataDir string) []byte {
 	return fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
 		secNet, secBridge, secSubnet, dataDir)
+}
+
+// sharedRoot returns the machine's / bound recursively under the node's
+// directory and made shared, as a node's / is (systemd makes it so) and
+// this machine's is not: the chart's hostPath of the host's root has
+// HostToContainer propagation, which the runtimes refuse on a private
+// mount. The node's own directory is a shared mount, so the namespaces the
+// runtime mounts there later reach the copy, and the daemon, as on a node.
+// Detached when the test ends.
+func (c *cluster) sharedRoot(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(c.node.Dir, "hostroot")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/", root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatalf("bind / on %s: %v", root, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(root, unix.MNT_DETACH); err != nil {
+			t.Errorf("detach %s: %v", root, err)
+		}
+	})
+	if err := unix.Mount("", root, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatalf("make %s shared: %v", root, err)
+	}
+	return root
+}
+
+// scriptPluginDir makes dir a plugin directory of the plugins in binDir
+// (absolute symlinks, which resolve inside the host's root too) and of
+// sh-bridge, a shell script that runs bridge, and returns dir.
+func scriptPluginDir(t *testing.T, dir, binDir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if err := os.Symlink(filepath.Join(binDir, p), filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sh-bridge"), []byte("#!/bin/sh\nexec \"${0%/*}/bridge\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // cniDelValues are the chart's top-level values that turn cniDel on for

@@ -361,3 +361,19 @@ and an entry that says neither which object (name), nor which objects
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The capabilities the daemon's container adds, as a JSON array: those of
+securityContext, cniDel.capabilities with cniDel, and SYS_CHROOT with
+cniDel.chroot. The container and the SCC both take them from here.
+*/}}
+{{- define "sweep.addedCapabilities" -}}
+{{- $add := default list (default dict .Values.securityContext.capabilities).add }}
+{{- if .Values.cniDel.enabled }}
+{{- $add = concat $add .Values.cniDel.capabilities }}
+{{- if .Values.cniDel.chroot }}
+{{- $add = append $add "SYS_CHROOT" }}
+{{- end }}
+{{- end }}
+{{- toJson ($add | uniq) }}
+{{- end }}
