@@ -7,7 +7,7 @@
 # temporary name and renamed, so an interrupted build never leaves a half binary
 # that later runs would trust.
 #
-# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all]   (default: all)
+# Usage: hack/build-tools.sh [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|openshift-api|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all]   (default: all)
 #        (test-PKG: what the tests of test/PKG run, for make test-PKG)
 #        hack/build-tools.sh path TOOL   prints where TOOL's binary is (built or not)
 # Cache: $SWEEP_TOOLS_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/sweep/tools.
@@ -136,6 +136,13 @@ multus() {
 	build "$tools/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus "$cache/multus-$v" multus
 }
 
+# OpenShift's API module, for the SecurityContextConstraints CRD in its
+# manifests: test/chart installs it to check the chart's SCC. Nothing is
+# built; the module is only downloaded into Go's module cache.
+openshift_api() {
+	(cd "$tools/openshift-api" && go mod download github.com/openshift/api)
+}
+
 # containerd v2 (with its runc shim and ctr), the test node's second runtime
 # beside Debian's containerd 1.6: most clusters run v2. No cgo: the
 # snapshotters that need it are left out by their build tags.
@@ -226,6 +233,7 @@ lint) lint ;;
 cni) cni ;;
 whereabouts) whereabouts ;;
 multus) multus ;;
+openshift-api) openshift_api ;;
 containerd) containerd ;;
 crio) crio ;;
 registry) registry ;;
@@ -238,8 +246,8 @@ release) helm; cosign; cyclonedx_gomod ;; # what make release and release-publis
 # DaemonSet), the CNI plugins, Whereabouts and multus.
 test-e2e) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; atomicwriter; helm; cni; whereabouts; multus ;;
 # test/chart: the control plane with its controllers, kubectl, helm and
-# helm-docs; no release tool.
-test-chart) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; helm; helm_docs ;;
+# helm-docs, and OpenShift's SCC CRD; no release tool.
+test-chart) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; helm; helm_docs; openshift_api ;;
 # test/release: make release and release-publish's tools, and the registry
 # they publish into.
 test-release) helm; cosign; cyclonedx_gomod; registry ;;
@@ -251,6 +259,6 @@ path) path "${2:-}" ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)
 	echo "$cache/golangci-lint-$v/golangci-lint" ;;
-all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; containerd; crio; registry; cosign; cyclonedx_gomod ;;
-*) echo "usage: $0 [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all|path TOOL]" >&2; exit 2 ;;
+all) etcd; kube; helm; helm_docs; lint; cni; whereabouts; multus; openshift_api; containerd; crio; registry; cosign; cyclonedx_gomod ;;
+*) echo "usage: $0 [kube|controlplane|etcd|helm|helm-docs|lint|cni|whereabouts|multus|openshift-api|containerd|crio|registry|cosign|cyclonedx-gomod|release|test-e2e|test-node|test-chart|test-release|all|path TOOL]" >&2; exit 2 ;;
 esac
