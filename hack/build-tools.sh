@@ -127,13 +127,16 @@ whereabouts() {
 	build "$tools/whereabouts" github.com/k8snetworkplumbingwg/whereabouts/cmd "$cache/whereabouts-$v" whereabouts
 }
 
-# multus's thin plugin: a test runs its own ADD and DEL to see what they
-# leave behind for a conflist delegate (multus #1449).
+# multus: its thin plugin, whose own ADD and DEL a test runs to see what
+# they leave behind for a conflist delegate (multus #1449), and its thick
+# plugin, multus-daemon and multus-shim, which test/node runs on the node.
 multus() {
 	local v
 	v=$(version "$tools/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
 	: "${v:?cannot read the version from go.mod}"
-	build "$tools/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus "$cache/multus-$v" multus
+	for c in multus multus-daemon multus-shim; do
+		build "$tools/multus" "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/$c" "$cache/multus-$v" "$c"
+	done
 }
 
 # OpenShift's API module, for the SecurityContextConstraints CRD in its
@@ -252,9 +255,9 @@ test-chart) etcd; kube_cmds kube-apiserver kube-controller-manager kubectl; helm
 # they publish into.
 test-release) helm; cosign; cyclonedx_gomod; registry ;;
 # test/node: a control plane with the scheduler and a node (kubelet, CNI
-# plugins, containerd v2, CRI-O), helm, and for TestReleaseOnNode the release's tools
+# plugins, thick multus, containerd v2, CRI-O), helm, and for TestReleaseOnNode the release's tools
 # and registry.
-test-node) etcd; kube; helm; cni; containerd; crio; registry; cosign; cyclonedx_gomod ;;
+test-node) etcd; kube; helm; cni; multus; containerd; crio; registry; cosign; cyclonedx_gomod ;;
 path) path "${2:-}" ;;
 lint-path) # where `lint` puts the binary, for the Makefile
 	v=$(version "$tools/golangci-lint" github.com/golangci/golangci-lint/v2)

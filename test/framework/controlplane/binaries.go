@@ -24,7 +24,8 @@ const (
 	// IPAM plugin whose reservations live in the API server.
 	WhereaboutsVersion = "v0.9.2"
 	// MultusVersion is gopkg.in/k8snetworkplumbingwg/multus-cni.v4, whose
-	// thin plugin shows what multus's own DEL leaves behind.
+	// thin plugin shows what multus's own DEL leaves behind, and whose thick
+	// plugin (multus-daemon, multus-shim) runs on the test node.
 	MultusVersion = "v4.3.0"
 	// ContainerdVersion is github.com/containerd/containerd/v2, the test
 	// node's second runtime (WithContainerd2); the first is Debian's.
@@ -71,7 +72,8 @@ func Tool(t testing.TB, name string) string {
 
 // Binary returns the path of a cached tool binary: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet, kubectl, helm, helm-docs,
-// a CNI plugin (bridge, host-local, loopback, whereabouts, multus), containerd v2's
+// a CNI plugin (bridge, host-local, loopback, whereabouts, multus,
+// multus-daemon, multus-shim), containerd v2's
 // containerd, containerd-shim-runc-v2 and ctr (not Debian's, which are on
 // PATH), CRI-O's crio and pinns, or the release pipeline's registry, cosign and cyclonedx-gomod. A missing binary is an error that says how to build it; tests
 // fail on it rather than skip.
@@ -90,7 +92,7 @@ func Binary(name string) (string, error) {
 		dir = "cni-plugins-" + CNIPluginsVersion
 	case "whereabouts":
 		dir = "whereabouts-" + WhereaboutsVersion
-	case "multus":
+	case "multus", "multus-daemon", "multus-shim":
 		dir = "multus-" + MultusVersion
 	case "containerd", "containerd-shim-runc-v2", "ctr":
 		dir = "containerd-" + ContainerdVersion
