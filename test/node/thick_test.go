@@ -64,8 +64,9 @@ var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1"
 //     stays.
 //
 // Then the chart's daemon, with cniDel, frees all of it by its scheduled
-// prune, and a later ordinary deletion by its deleted-pod check, while the
-// live pod keeps its files and addresses. On containerd 2 and CRI-O, the
+// prune at start, and later deletions, ordinary and while the multus daemon
+// is killed, by its deleted-pod check, while the live pod keeps its files
+// and addresses. On containerd 2 and CRI-O, the
 // runtimes of the clusters that run thick multus.
 func TestThickMultusOnNode(t *testing.T) {
 	for _, tc := range []struct {
@@ -170,14 +171,28 @@ resources:
 		})
 	})
 
-	t.Run("freed by the deleted-pod check", func(t *testing.T) {
-		later := c.thickPod(t, "later", dataDir)
-		const pruned = `sweep_deleted_pods_total{outcome="pruned"}`
+	// While the daemon runs, each deletion is freed by its deleted-pod check
+	// (the scheduled prune waits an hour), in the time it takes: the
+	// check's grace and jitter, under a minute.
+	const pruned = `sweep_deleted_pods_total{outcome="pruned"}`
+	freedByCheck := func(t *testing.T, a *attachment) {
+		t.Helper()
 		before := max(metric(daemon, pruned), 0)
-		c.deletePod(t, later.pod)
-		c.eventually(t, 2*waitTimeout, "the files and addresses of the pod deleted while the daemon ran freed by its check", func() bool {
-			return len(present(later.files, later.addrs)) == 0 && metric(daemon, pruned) == before+1
+		start := time.Now()
+		c.deletePod(t, a.pod)
+		c.eventually(t, 2*waitTimeout, "the files and addresses of "+a.pod.Name+" freed by the deleted-pod check", func() bool {
+			return len(present(a.files, a.addrs)) == 0 && metric(daemon, pruned) == before+1
 		})
+		t.Logf("%s freed %s after its deletion", a.pod.Name, time.Since(start).Round(time.Second))
+	}
+	t.Run("ordinary deletion freed by the deleted-pod check", func(t *testing.T) {
+		freedByCheck(t, c.thickPod(t, "later", dataDir))
+	})
+	t.Run("deletion while the multus daemon is killed freed by the deleted-pod check", func(t *testing.T) {
+		a := c.thickPod(t, "later-crashed", dataDir)
+		m.kill(t)
+		freedByCheck(t, a)
+		m.restart(t)
 	})
 
 	t.Run("live pod keeps everything", func(t *testing.T) {
