@@ -268,14 +268,7 @@ func must[T any](v T, err error) T {
 // namespace bind mount as `ip netns add` and the runtimes make. Root only,
 // like the end-to-end test; it fails rather than skips without root.
 func TestLiveNetNSMounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root to create a network namespace")
-	}
-	name := fmt.Sprintf("sweep-unit-%d", time.Now().UnixNano())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	name := addNetNS(t)
 	path := "/var/run/netns/" + name
 	if got := liveNetNS("", path); got != path {
 		t.Fatalf("liveNetNS(%q) = %q for a mounted namespace", path, got)
@@ -409,14 +402,7 @@ func TestReleaseInRoot(t *testing.T) {
 // chrooted plugin will open it: the daemon's own live namespace of the same
 // path, reached by the absolute symlink /var/run -> /run, is not it.
 func TestLiveNetNSInRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root to create a network namespace")
-	}
-	name := fmt.Sprintf("sweep-unit-%d", time.Now().UnixNano())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	name := addNetNS(t)
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "run", "netns"), 0o755); err != nil {
 		t.Fatal(err)
@@ -459,4 +445,20 @@ func TestOptionsRoot(t *testing.T) {
 			t.Errorf("%+v: error %v, want field %q", tc.opts, err, tc.want)
 		}
 	}
+}
+
+// addNetNS creates a network namespace with ip netns add, mounted under
+// /var/run/netns as the runtimes mount theirs, and deletes it when the test
+// ends. Root only; it fails rather than skips without root.
+func addNetNS(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to create a network namespace")
+	}
+	name := fmt.Sprintf("sweep-unit-%d", time.Now().UnixNano())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return name
 }

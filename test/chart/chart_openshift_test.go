@@ -2,7 +2,6 @@ package chart
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -230,13 +229,7 @@ func TestChartOpenShiftSCC(t *testing.T) {
 // (hack/build-tools.sh test-chart downloads it).
 func openshiftSCCCRD(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/openshift/api")
-	cmd.Dir = filepath.Join("../..", "hack", "tools", "openshift-api")
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		t.Fatalf("locate the openshift/api module (hack/build-tools.sh openshift-api): %v", err)
-	}
+	dir := framework.ToolModuleDir(t, "openshift-api", "github.com/openshift/api")
 	return filepath.Join(dir, "security", "v1", "zz_generated.crd-manifests", "0000_03_config-operator_01_securitycontextconstraints.crd.yaml")
 }
 

@@ -37,13 +37,7 @@ var (
 // module the harness builds the plugin from.
 func whereaboutsCRDs(t testing.TB) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/whereabouts")
-	cmd.Dir = filepath.Join("../..", "hack", "tools", "whereabouts")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("locate the whereabouts module: %v", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "doc", "crds")
+	dir := filepath.Join(framework.ToolModuleDir(t, "whereabouts", "github.com/k8snetworkplumbingwg/whereabouts"), "doc", "crds")
 	var files []string
 	for _, f := range []string{"ippools", "overlappingrangeipreservations", "nodeslicepools"} {
 		files = append(files, filepath.Join(dir, "whereabouts.cni.cncf.io_"+f+".yaml"))

@@ -55,3 +55,19 @@ func EqualJSON(a, b any) bool {
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
+
+// ToolModuleDir returns the directory of module in Go's module cache, at the
+// version hack/tools/TOOL's go.mod requires (hack/build-tools.sh downloads
+// it): for the manifests a tool's module ships (CRDs), which tests install.
+// The test's package must be two levels under the repository's root.
+func ToolModuleDir(t testing.TB, tool, module string) string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = filepath.Join("../..", "hack", "tools", tool)
+	out, err := cmd.Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		t.Fatalf("locate %s (hack/build-tools.sh %s): %v", module, tool, err)
+	}
+	return dir
+}

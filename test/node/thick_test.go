@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -408,13 +407,8 @@ func (m *thickMultus) stop(t *testing.T) {
 // manifest of the multus module the harness builds.
 func (c *cluster) applyNADCRD(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4")
-	cmd.Dir = filepath.Join("../..", "hack", "tools", "multus")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("locate the multus module: %v", err)
-	}
-	manifest, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "deployments", "multus-daemonset-thick.yml"))
+	dir := framework.ToolModuleDir(t, "multus", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4")
+	manifest, err := os.ReadFile(filepath.Join(dir, "deployments", "multus-daemonset-thick.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
