@@ -224,21 +224,17 @@ func (o Options) Validate() error {
 // CheckBinDirs checks that each of BinDirs is a directory, inside Root when
 // set: without them every DEL would fail.
 func (o Options) CheckBinDirs() error {
+	where := ""
+	if o.Root != "" {
+		where = " in the root " + o.Root
+	}
 	for _, dir := range o.BinDirs {
 		var st unix.Stat_t
-		var err error
-		if o.Root == "" {
-			err = unix.Stat(dir, &st)
-		} else {
-			err = statIn(o.Root, dir, 0, &st)
+		if err := statIn(o.Root, dir, 0, &st); err != nil {
+			return fmt.Errorf("%s%s: %w", dir, where, err)
 		}
-		switch {
-		case err != nil && o.Root != "":
-			return fmt.Errorf("%s in the root %s: %w", dir, o.Root, err)
-		case err != nil:
-			return fmt.Errorf("%s: %w", dir, err)
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("%s is not a directory", dir)
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return fmt.Errorf("%s%s is not a directory", dir, where)
 		}
 	}
 	return nil
@@ -366,13 +362,7 @@ func liveNetNS(root, path string) string {
 	if !filepath.IsAbs(path) || strings.HasPrefix(filepath.Clean(path), "/proc/") {
 		return ""
 	}
-	var fd int
-	var err error
-	if root == "" {
-		fd, err = unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	} else {
-		fd, err = openIn(root, path, unix.O_PATH|unix.O_NOFOLLOW)
-	}
+	fd, err := openIn(root, path, unix.O_PATH|unix.O_NOFOLLOW)
 	if err != nil {
 		return ""
 	}
@@ -418,8 +408,12 @@ func ownProc(root string) error {
 
 // openIn opens path inside root as a process chrooted into root would
 // resolve it: an absolute symlink on the way points into root, ".." never
-// leaves it, and no /proc magic link is followed.
+// leaves it, and no /proc magic link is followed. Without a root, path is
+// opened as the daemon sees it, as an unchrooted plugin would.
 func openIn(root, path string, flags int) (int, error) {
+	if root == "" {
+		return unix.Open(path, flags|unix.O_CLOEXEC, 0)
+	}
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -431,8 +425,9 @@ func openIn(root, path string, flags int) (int, error) {
 	})
 }
 
-// statIn stats path inside root (openIn), following a symlink in its last
-// component unless flags has O_NOFOLLOW.
+// statIn stats path inside root (openIn; without a root, as the daemon
+// sees it), following a symlink in its last component unless flags has
+// O_NOFOLLOW.
 func statIn(root, path string, flags int, st *unix.Stat_t) error {
 	fd, err := openIn(root, path, unix.O_PATH|flags)
 	if err != nil {

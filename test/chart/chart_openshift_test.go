@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -141,7 +142,7 @@ func (s scc) refusals(spec corev1.PodSpec) []string {
 				}
 			}
 		}
-		uid := cmpOr(sc.RunAsUser, psc.RunAsUser)
+		uid := cmp.Or(sc.RunAsUser, psc.RunAsUser)
 		switch s.RunAsUser.Type {
 		case "MustRunAs":
 			if uid != nil && *uid != *s.RunAsUser.UID {
@@ -152,7 +153,7 @@ func (s scc) refusals(spec corev1.PodSpec) []string {
 				no("container %s: user %d outside %d-%d", c.Name, *uid, *s.RunAsUser.UIDRangeMin, *s.RunAsUser.UIDRangeMax)
 			}
 		}
-		opts := cmpOr(sc.SELinuxOptions, psc.SELinuxOptions)
+		opts := cmp.Or(sc.SELinuxOptions, psc.SELinuxOptions)
 		if s.SELinuxContext.Type == "MustRunAs" && opts != nil {
 			want := s.SELinuxContext.SELinuxOptions
 			if want == nil {
@@ -164,13 +165,6 @@ func (s scc) refusals(spec corev1.PodSpec) []string {
 		}
 	}
 	return why
-}
-
-func cmpOr[T any](a, b *T) *T {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // TestChartOpenShiftSCC renders the chart with its OpenShift preset and

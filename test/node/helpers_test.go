@@ -286,8 +286,15 @@ func (c *cluster) eventually(t testing.TB, timeout time.Duration, what string, c
 // it runs.
 func (c *cluster) runPod(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
+	return c.runAnnotatedPod(t, name, nil)
+}
+
+// runAnnotatedPod is runPod for a pod with annotations (a multus
+// network's).
+func (c *cluster) runAnnotatedPod(t testing.TB, name string, annotations map[string]string) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "app", Image: controlplane.PauseImage, ImagePullPolicy: corev1.PullNever}},
 			// pause exits on SIGTERM at once; no grace is needed.

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,12 +31,9 @@ const (
 	// files.
 	multusNS    = "kube-system"
 	multusImage = "sweep.local/multus:test"
-	// thickNet is the NetworkAttachmentDefinition work/thickNet, an
-	// additional network on its own bridge, with host-local addresses in a
-	// data directory of its own.
-	thickNet      = "thick-net"
-	thickBridge   = "sweep2"
-	thickSubnet   = "10.246.0.0/24"
+	// nadName is the NetworkAttachmentDefinition work/nadName of secNet's
+	// configuration (cnidel_test.go).
+	nadName       = "sec-net"
 	networksAnnot = "k8s.v1.cni.cncf.io/networks"
 )
 
@@ -95,7 +92,9 @@ func thickMultusOnNode(t *testing.T, opt controlplane.NodeOption) {
 	// multus daemon's, the chart's) holds them, and multus-shim beside them.
 	binDir := t.TempDir()
 	for _, p := range []string{"bridge", "host-local", "loopback", "multus-shim"} {
-		copyFile(t, controlplane.Tool(t, p), filepath.Join(binDir, p))
+		if err := controlplane.CopyExecutable(controlplane.Tool(t, p), filepath.Join(binDir, p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := startCluster(t, opt, controlplane.WithCNIBinDir(binDir))
 	dataDir := filepath.Join(c.node.Dir, "cni", "thick")
@@ -215,25 +214,6 @@ func present(lists ...[]string) []string {
 		}
 	}
 	return out
-}
-
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // thickMultus is the multus daemon's pod, which a test stops and starts.
@@ -427,42 +407,31 @@ func (c *cluster) applyNADCRD(t *testing.T) {
 		"crd/network-attachment-definitions.k8s.cni.cncf.io")
 }
 
-// createNAD creates work/thickNet: bridge and host-local in dataDir.
+// createNAD creates work/nadName: secNet's bridge and host-local, in
+// dataDir.
 func (c *cluster) createNAD(t *testing.T, dataDir string) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(c.cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"bridge","bridge":%q,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
-		thickNet, thickBridge, thickSubnet, dataDir)
 	nad := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-		"metadata": map[string]any{"name": thickNet, "namespace": workloadNS},
-		"spec":     map[string]any{"config": config},
+		"metadata": map[string]any{"name": nadName, "namespace": workloadNS},
+		"spec":     map[string]any{"config": string(secNetConf(dataDir))},
 	}}
 	if _, err := dyn.Resource(nadGVR).Namespace(workloadNS).Create(t.Context(), nad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// thickPod runs a pod on the node's network and thickNet, through thick
+// thickPod runs a pod on the node's network and nadName's, through thick
 // multus, and returns what it holds: the multus cache files that name its
 // sandbox (aged past the chart's minAge, as in the other tests) and its
 // reservations in both networks' data directories.
 func (c *cluster) thickPod(t *testing.T, name, dataDir string) *attachment {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS, Annotations: map[string]string{networksAnnot: thickNet}},
-		Spec: corev1.PodSpec{
-			Containers:                    []corev1.Container{{Name: "app", Image: controlplane.PauseImage, ImagePullPolicy: corev1.PullNever}},
-			TerminationGracePeriodSeconds: new(int64),
-		},
-	}
-	if _, err := c.cs.CoreV1().Pods(workloadNS).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod = c.waitPod(t, workloadNS, name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	pod := c.runAnnotatedPod(t, name, map[string]string{networksAnnot: nadName})
 	sb := c.sandboxOf(t, pod)
 	if sb == nil {
 		t.Fatalf("no sandbox of pod %s", name)
@@ -470,7 +439,7 @@ func (c *cluster) thickPod(t *testing.T, name, dataDir string) *attachment {
 	a := &attachment{pod: pod, sandbox: sb.ID}
 	a.files = namingSandbox(t, []string{filepath.Join(c.multusDir(), "results"), c.multusDir()}, sb.ID)
 	a.addrs = append(reservedBy(t, filepath.Join(c.node.CNINetworksDir, "sweep-node"), sb.ID),
-		reservedBy(t, filepath.Join(dataDir, thickNet), sb.ID)...)
+		reservedBy(t, filepath.Join(dataDir, secNet), sb.ID)...)
 	if len(a.addrs) != 2 || len(a.files) < 3 {
 		t.Fatalf("pod %s through thick multus: cache files %v, addresses %v; want results of both networks, a scratch file, an address in each", name, a.files, a.addrs)
 	}
@@ -513,8 +482,8 @@ func reservedBy(t *testing.T, dir, id string) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), "last_reserved_ip") || e.Name() == "lock" {
-			continue
+		if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
+			continue // host-local's lock and last_reserved_ip files
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err == nil && strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]) == id {

@@ -547,7 +547,7 @@ maxPods: 30
 		if err := os.MkdirAll(filepath.Dir(k3s), 0o755); err != nil {
 			return err
 		}
-		if err := copyFile(path, k3s); err != nil {
+		if err := CopyExecutable(path, k3s); err != nil {
 			return err
 		}
 		n.kubelet.name, n.kubelet.path = "k3s", k3s
@@ -989,8 +989,8 @@ func unmountUnder(t testing.TB, dir string) {
 	}
 }
 
-// copyFile copies the executable src to dst.
-func copyFile(src, dst string) error {
+// CopyExecutable copies the executable src to dst.
+func CopyExecutable(src, dst string) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return err
