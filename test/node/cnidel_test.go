@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -220,7 +221,12 @@ func secNetConf(dataDir string) []byte {
 // HostToContainer propagation, which the runtimes refuse on a private
 // mount. The node's own directory is a shared mount, so the namespaces the
 // runtime mounts there later reach the copy, and the daemon, as on a node.
-// Detached when the test ends.
+// Detached when the test ends. The copy must not pin what the machine's
+// other tests mount (test/e2e runs beside test/node): every network
+// namespace copied from outside the node's directory is detached at once,
+// so that a namespace another test deletes goes, and its interfaces with
+// it; nothing else outside the node's directory propagates to the copy,
+// the machine's / being private.
 func (c *cluster) sharedRoot(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(c.node.Dir, "hostroot")
@@ -237,6 +243,24 @@ func (c *cluster) sharedRoot(t *testing.T) string {
 	})
 	if err := unix.Mount("", root, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
 		t.Fatalf("make %s shared: %v", root, err)
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(root, c.node.Dir) + "/"
+	for line := range strings.Lines(string(mountinfo)) {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE ...
+		fields := strings.Fields(line)
+		_, after, ok := strings.Cut(line, " - ")
+		if !ok || len(fields) < 5 || !strings.HasPrefix(after, "nsfs ") {
+			continue
+		}
+		if mp := fields[4]; strings.HasPrefix(mp, root+"/") && !strings.HasPrefix(mp, own) {
+			if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				t.Fatalf("detach the copy of %s: %v", strings.TrimPrefix(mp, root), err)
+			}
+		}
 	}
 	return root
 }
