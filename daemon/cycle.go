@@ -9,6 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/sweep-k8s/sweep/deleted"
+	"github.com/sweep-k8s/sweep/internal/exepages"
 	"github.com/sweep-k8s/sweep/prune"
 	"github.com/sweep-k8s/sweep/report"
 )
@@ -45,7 +46,7 @@ func (d *Daemon) cycle(ctx context.Context) {
 // Node's Events and condition, the journal, the ranges' gauges). The caller
 // holds running.
 func (d *Daemon) run(ctx context.Context, kind report.Kind, opts prune.Options) (*prune.Summary, error) {
-	defer returnMemory()
+	defer d.returnMemory()
 	sum, res, err := prune.Cycle(ctx, d.sources, opts)
 	if sum == nil && ctx.Err() != nil {
 		return nil, err // stopping: nothing to report
@@ -112,8 +113,17 @@ func (p checkPruner) PruneTargets(ctx context.Context, uids map[string]struct{})
 // scavenger returns freed memory only gradually and keeps a margin over the
 // heap's goal: the node would see each run's peak as the daemon's size
 // (docs/measurements.md, "The daemon over a day"). One forced collection a
-// run costs a few milliseconds.
-func returnMemory() { debug.FreeOSMemory() }
+// run costs a few milliseconds. The binary's pages that start-up and the
+// run mapped are unmapped too (package exepages): they were most of the
+// daemon's resident memory, and what it touches while it idles is mapped
+// again as it runs.
+func (d *Daemon) returnMemory() {
+	debug.FreeOSMemory()
+	if _, err := exepages.Release(); err != nil {
+		// Nothing depends on it: the pages stay mapped, as before.
+		d.log.Debug("binary's pages not unmapped", "err", err)
+	}
+}
 
 // releaseUntil is when a run started at now stops starting CNI DELs: before
 // the next scheduled run, by a tenth of the time to it (at most a minute),

@@ -404,6 +404,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	c.Schedule(d.schedule, cron.FuncJob(func() { d.cycle(ctx) }))
 	if d.cfg.PruneOnStart {
 		wg.Go(func() { d.cycle(ctx) })
+	} else {
+		// Start-up is over; a run would have returned its memory.
+		d.returnMemory()
 	}
 	c.Start()
 	d.log.Info("prune scheduled", "schedule", d.cfg.Schedule, "dir", d.cfg.Prune.Dir, "runtime_cache_dir", d.cfg.Prune.RuntimeDir,
