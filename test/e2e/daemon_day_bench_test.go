@@ -28,7 +28,8 @@ import (
 // whose files the checks of deleted pods remove (or find removed by a
 // scheduled run). The first hour's pods have the default grace of 30s,
 // which their checks wait out. It reports the daemon's
-// resident memory after the day, its peak, and its Go heap in use.
+// resident memory after the day and its mean over the day (sampled every
+// second), its peak, and its Go heap in use.
 //
 //	go test ./test/e2e/ -run '^$' -bench DaemonDay -benchtime 1x
 //
@@ -69,6 +70,7 @@ func daemonDay(b *testing.B, cs kubernetes.Interface, cp *controlplane.ControlPl
 	d := sweepdproc.StartCmd(b, cmd, addr, filepath.Join(b.TempDir(), "sweepd.log"), "sweepd")
 	framework.Eventually(b, 120*time.Second, "the daemon's first run", func() bool { return d.Metric(b, "sweep_prune_runs_total") >= 1 })
 	b.StartTimer()
+	rssMean := sampleRSS(b, d.Cmd.Process.Pid)
 	next := pods
 	// The first hour replaces pods made with the default grace, which
 	// their checks wait out: a rollout's new pods replace them.
@@ -111,11 +113,13 @@ func daemonDay(b *testing.B, cs kubernetes.Interface, cp *controlplane.ControlPl
 		})
 	}
 	b.StopTimer()
+	meanRSS := rssMean()
 	prefix := ""
 	if bin.label != "" {
 		prefix = bin.label + "-"
 	}
 	b.ReportMetric(d.Metric(b, "process_resident_memory_bytes")/(1<<20), prefix+"rss-MiB")
+	b.ReportMetric(meanRSS/(1<<20), prefix+"rss-mean-MiB")
 	b.ReportMetric(vmHWM(b, d.Cmd.Process.Pid)/(1<<20), prefix+"peak-rss-MiB")
 	b.ReportMetric(d.Metric(b, "go_memstats_heap_inuse_bytes")/(1<<20), prefix+"heap-inuse-MiB")
 	// The binary's pages against the process's own memory.

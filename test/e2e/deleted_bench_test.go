@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -145,19 +146,70 @@ func vmHWM(b *testing.B, pid int) float64 { return procStatus(b, pid, "VmHWM:") 
 // procStatus reads a size in bytes from a line of /proc/PID/status, by its
 // key ("VmHWM:", "RssAnon:").
 func procStatus(b *testing.B, pid int, key string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := readProcStatus(pid, key)
 	if err != nil {
 		b.Fatal(err)
+	}
+	return v
+}
+
+func readProcStatus(pid int, key string) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, key); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			if err != nil {
-				b.Fatal(err)
+				return 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, key, err)
 			}
-			return kb * 1024
+			return kb * 1024, nil
 		}
 	}
-	b.Fatalf("no %s in /proc/%d/status", key, pid)
-	return 0
+	return 0, fmt.Errorf("no %s in /proc/%d/status", key, pid)
+}
+
+// sampleRSS reads a process's resident memory every second until the
+// function it returns is called, which returns their mean in bytes: what
+// the process holds over a time, not at the moment a benchmark ends (a
+// daemon's run ends by unmapping what it can).
+func sampleRSS(b *testing.B, pid int) func() float64 {
+	stop, mean := make(chan struct{}), make(chan float64, 1)
+	errc := make(chan error, 1)
+	go func() {
+		var sum float64
+		var n int
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					errc <- errors.New("no sample of the resident memory")
+					return
+				}
+				mean <- sum / float64(n)
+				return
+			case <-tick.C:
+			}
+			v, err := readProcStatus(pid, "VmRSS:")
+			if err != nil {
+				errc <- err
+				return
+			}
+			sum += v
+			n++
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		select {
+		case m := <-mean:
+			return m
+		case err := <-errc:
+			b.Fatal(err)
+			return 0
+		}
+	}
 }
