@@ -163,3 +163,14 @@ func FuzzParseSmaps(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRelease is what the daemon's run pays at its end: reading its
+// smaps and unmapping (the faults that map pages again come after, as
+// they are touched).
+func BenchmarkRelease(b *testing.B) {
+	for b.Loop() {
+		if _, err := Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
