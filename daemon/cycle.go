@@ -119,10 +119,13 @@ func (p checkPruner) PruneTargets(ctx context.Context, uids map[string]struct{})
 // again as it runs.
 func (d *Daemon) returnMemory() {
 	debug.FreeOSMemory()
-	if _, err := exepages.Release(); err != nil {
+	n, err := exepages.Release()
+	if err != nil {
 		// Nothing depends on it: the pages stay mapped, as before.
 		d.log.Debug("binary's pages not unmapped", "err", err)
+		return
 	}
+	d.log.Debug("binary's pages unmapped", "bytes", n)
 }
 
 // releaseUntil is when a run started at now stops starting CNI DELs: before

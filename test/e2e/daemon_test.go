@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,6 +120,14 @@ func TestDaemonEndToEnd(t *testing.T) {
 		if !allExist(live) || !allExist(doomed) {
 			t.Fatal("files of a live pod removed")
 		}
+	})
+
+	t.Run("a run ends by unmapping the binary's pages", func(t *testing.T) {
+		// Issue 51: they were three quarters of the daemon's memory.
+		framework.Eventually(t, 15*time.Second, "the binary's pages unmapped", func() bool {
+			data, err := os.ReadFile(d.Log)
+			return err == nil && regexp.MustCompile(`msg="binary's pages unmapped" .*bytes=[1-9]`).Match(data)
+		})
 	})
 
 	t.Run("a pod deleted while the daemon runs is pruned by the next cycle", func(t *testing.T) {
