@@ -122,7 +122,7 @@ func (d *Daemon) returnMemory() {
 	n, err := exepages.Release()
 	if err != nil {
 		// Nothing depends on it: the pages stay mapped, as before.
-		d.log.Debug("binary's pages not unmapped", "err", err)
+		d.log.Debug("binary's pages not unmapped", "error", err)
 		return
 	}
 	d.log.Debug("binary's pages unmapped", "bytes", n)
