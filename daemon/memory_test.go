@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"log/slog"
-	"os"
-	"reflect"
 	"testing"
 
 	"github.com/sweep-k8s/sweep/internal/exepages"
@@ -26,16 +24,12 @@ func TestReturnMemoryUnmapsBinary(t *testing.T) {
 // resident.
 func binaryResident(t *testing.T) uint64 {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps, err := exepages.ParseSmaps(data)
+	maps, err := exepages.Own()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rss uint64
-	for _, m := range exepages.Executable(maps, uint64(reflect.ValueOf(binaryResident).Pointer())) {
+	for _, m := range maps {
 		if m.Perms[1] != 'w' {
 			rss += m.Rss
 		}

@@ -49,23 +49,14 @@ func (m Mapping) droppable() bool {
 
 // Release unmaps the pages of the executable's read-only mappings (its
 // code, its constants, the runtime's tables) from the calling process and
-// returns how many bytes of them were resident. The mappings are found by
-// the address of a function of this package, not by the executable's path
-// or inode, which an overlay file system reports differently in stat(2) and
-// in /proc/self/maps; they are those of the same file (device and inode) as
-// the one holding that address.
+// returns how many bytes of them were resident.
 func Release() (uint64, error) {
-	data, err := os.ReadFile("/proc/self/smaps")
+	maps, err := Own()
 	if err != nil {
-		return 0, fmt.Errorf("exepages: %w", err)
+		return 0, err
 	}
-	maps, err := ParseSmaps(data)
-	if err != nil {
-		return 0, fmt.Errorf("exepages: %w", err)
-	}
-	own := uint64(reflect.ValueOf(Release).Pointer())
 	var released uint64
-	for _, m := range Executable(maps, own) {
+	for _, m := range maps {
 		if !m.droppable() {
 			continue
 		}
@@ -77,6 +68,24 @@ func Release() (uint64, error) {
 		released += m.Rss
 	}
 	return released, nil
+}
+
+// Own returns the calling process's mappings of its executable, as
+// /proc/self/smaps has them now. They are found by the address of a
+// function of this package, not by the executable's path or inode, which
+// an overlay file system reports differently in stat(2) and in
+// /proc/self/maps: they are those of the same file (device and inode) as
+// the one holding that address.
+func Own() ([]Mapping, error) {
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return nil, fmt.Errorf("exepages: %w", err)
+	}
+	maps, err := ParseSmaps(data)
+	if err != nil {
+		return nil, fmt.Errorf("exepages: %w", err)
+	}
+	return Executable(maps, uint64(reflect.ValueOf(Own).Pointer())), nil
 }
 
 // Executable returns the mappings of the file mapped at addr, in maps:

@@ -1,7 +1,6 @@
 package exepages
 
 import (
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -137,15 +136,11 @@ func TestRelease(t *testing.T) {
 
 func ownMappings(t *testing.T) []Mapping {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/smaps")
+	maps, err := Own()
 	if err != nil {
 		t.Fatal(err)
 	}
-	maps, err := ParseSmaps(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Executable(maps, uint64(reflect.ValueOf(Release).Pointer()))
+	return maps
 }
 
 func FuzzParseSmaps(f *testing.F) {

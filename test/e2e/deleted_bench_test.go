@@ -175,8 +175,11 @@ func readProcStatus(pid int, key string) (float64, error) {
 // the process holds over a time, not at the moment a benchmark ends (a
 // daemon's run ends by unmapping what it can).
 func sampleRSS(b *testing.B, pid int) func() float64 {
-	stop, mean := make(chan struct{}), make(chan float64, 1)
-	errc := make(chan error, 1)
+	type result struct {
+		mean float64
+		err  error
+	}
+	stop, done := make(chan struct{}), make(chan result, 1)
 	go func() {
 		var sum float64
 		var n int
@@ -186,16 +189,16 @@ func sampleRSS(b *testing.B, pid int) func() float64 {
 			select {
 			case <-stop:
 				if n == 0 {
-					errc <- errors.New("no sample of the resident memory")
-					return
+					done <- result{err: errors.New("no sample of the resident memory")}
+				} else {
+					done <- result{mean: sum / float64(n)}
 				}
-				mean <- sum / float64(n)
 				return
 			case <-tick.C:
 			}
 			v, err := readProcStatus(pid, "VmRSS:")
 			if err != nil {
-				errc <- err
+				done <- result{err: err}
 				return
 			}
 			sum += v
@@ -204,12 +207,10 @@ func sampleRSS(b *testing.B, pid int) func() float64 {
 	}()
 	return func() float64 {
 		close(stop)
-		select {
-		case m := <-mean:
-			return m
-		case err := <-errc:
-			b.Fatal(err)
-			return 0
+		r := <-done
+		if r.err != nil {
+			b.Fatal(r.err)
 		}
+		return r.mean
 	}
 }
